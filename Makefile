@@ -1,0 +1,42 @@
+# ChatBridge: `make run` starts the app, `make test` runs every check. Both set themselves up.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: run test setup migrate lint typecheck pytest clean
+
+$(STAMP): requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "ChatBridge needs Python 3.11+; set PYTHON=python3.11" >&2; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+migrate: setup
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	$(BIN)/daphne -b $(HOST) -p $(PORT) chatbridge.asgi:application
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) db.sqlite3 test-db.sqlite3 staticfiles .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,17 @@
+"""The web side of ChatBridge: pages, (later) the chat consumer and the admin."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ChatConfig(AppConfig):
+    name = "chatbridge.chat"
+    label = "chatbridge_chat"
+    verbose_name = "ChatBridge"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from chatbridge.chat.registry import get_registry
+
+        get_registry()  # fail at start-up, not on the first request, if a plugin is broken

@@ -1,0 +1,31 @@
+"""The process's plugin registry, built from ``settings.CHATBRIDGE_PLUGINS``."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from chatbridge.core import Plugin, PluginRegistry
+
+__all__ = ["get_registry"]
+
+
+@cache
+def get_registry() -> PluginRegistry:
+    """Every configured plugin, imported once per process."""
+    registry = PluginRegistry()
+    for dotted in settings.CHATBRIDGE_PLUGINS:
+        try:
+            plugin = import_string(dotted)
+        except ImportError as exc:
+            raise ImproperlyConfigured(f"CHATBRIDGE_PLUGINS: cannot import {dotted!r}: {exc}") from exc
+        if not isinstance(plugin, Plugin):
+            raise ImproperlyConfigured(
+                f"CHATBRIDGE_PLUGINS: {dotted!r} is a {type(plugin).__name__}, not a Plugin; "
+                "point it at the object returned by make_plugin(...).build()."
+            )
+        registry.register(plugin)
+    return registry

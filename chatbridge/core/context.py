@@ -1,0 +1,208 @@
+"""The capability context a tool receives: ``ctx.elicit/sample/log/notify/branch/step``.
+
+``ToolContext`` owns the rules every host shares (declared keys, one pending question, no
+questions in branches, validation, the journal and replay); a ``CapabilityHost`` does the live
+work: a ``PluginSession`` asks a browser, the MCP server asks an MCP client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast
+
+from pydantic import BaseModel
+
+from chatbridge.core.elicit import (
+    ElicitId,
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+    result_to_dict,
+    validate_result,
+)
+from chatbridge.core.exceptions import (
+    ElicitAlreadyPending,
+    ElicitInBranch,
+    SessionAborted,
+    UnknownElicitKey,
+)
+from chatbridge.core.journal import Journal, to_json_value
+from chatbridge.core.sampling import SampleRequest, SampleResult
+from chatbridge.core.tools import McpTool
+
+__all__ = ["LOG_LEVELS", "CallRuntime", "CapabilityHost", "LogLevel", "ToolContext"]
+
+T = TypeVar("T")
+PS = ParamSpec("PS")
+
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+LOG_LEVELS: tuple[str, ...] = LogLevel.__args__  # type: ignore[attr-defined]
+
+
+class CapabilityHost(Protocol):
+    """The live side of a tool call: where questions, completions and events go."""
+
+    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
+        """Put ``request`` to the user; return a result already validated for its key."""
+
+    async def complete(self, request: SampleRequest) -> SampleResult:
+        """Run an LLM completion."""
+
+    def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
+        """Publish a log line."""
+
+    def emit_progress(self, message: str, progress: float | None, total: float | None) -> None:
+        """Publish a progress note."""
+
+
+class CallRuntime:
+    """State of one tool call shared by its root context and every branch context."""
+
+    def __init__(
+        self,
+        tool: McpTool[Any, Any],
+        call_id: str,
+        params: Mapping[str, Any],
+        host: CapabilityHost,
+        journal: Journal,
+    ) -> None:
+        self.tool, self.call_id, self.host, self.journal = tool, call_id, host, journal
+        self.params = dict(params)
+        self.elicit_seq = 0
+        self.pending: ElicitId | None = None
+        self.aborted: SessionAborted | None = None
+
+    def check_aborted(self) -> None:
+        if self.aborted is not None:
+            raise self.aborted
+
+    async def shield_abort(self, awaitable: Awaitable[T]) -> T:
+        """Await, turning the cancellation that ``abort()`` causes into ``SessionAborted``."""
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.aborted is None or task is None:
+                raise
+            task.uncancel()
+            raise self.aborted from None
+
+
+class ToolContext:
+    """What a tool body calls; ``depth`` is 0 in the tool, 1+ inside ``ctx.branch``."""
+
+    def __init__(self, runtime: CallRuntime, depth: int = 0) -> None:
+        self._rt = runtime
+        self.depth = depth
+
+    @property
+    def call_id(self) -> str:
+        return self._rt.call_id
+
+    @property
+    def tool_name(self) -> str:
+        return self._rt.tool.name
+
+    @property
+    def replaying(self) -> bool:
+        """True while the call is being replayed from its journal."""
+        return self._rt.journal.replaying
+
+    async def elicit(
+        self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
+    ) -> ElicitResult[Any]:
+        """Ask the user for the response declared for ``key``; suspend until answered."""
+        rt = self._rt
+        rt.check_aborted()
+        model: type[BaseModel] | None = rt.tool.elicits.get(key)
+        if model is None:
+            raise UnknownElicitKey(rt.tool.name, key, rt.tool.elicits)
+        if self.depth > 0:
+            raise ElicitInBranch(rt.tool.name, key, self.depth)
+        if rt.pending is not None:
+            raise ElicitAlreadyPending(rt.tool.name, key, str(rt.pending))
+        plain_context = to_json_value(context, f"The context of elicitation {key!r}")
+        plain_ui = None if ui is None else to_json_value(ui, f"The ui of elicitation {key!r}")
+        seq = rt.journal.next_seq()
+        rt.elicit_seq += 1
+        elicit_id = ElicitId(rt.tool.name, key, rt.call_id, rt.elicit_seq)
+        entry = rt.journal.recorded(seq, "elicit", key)
+        if entry is not None:
+            return validate_result(result_from_dict(entry.result), model, str(elicit_id))
+        request = ElicitRequest.build(elicit_id, model, message, plain_context, rt.params, plain_ui)
+        rt.pending = elicit_id
+        try:
+            result = await rt.shield_abort(rt.host.ask(request))
+        finally:
+            rt.pending = None
+        result = validate_result(result, model, str(elicit_id))  # hosts validate; be sure
+        rt.journal.record(seq, "elicit", key, result_to_dict(result))
+        return result
+
+    async def sample(
+        self,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+    ) -> SampleResult:
+        """Ask the server-side LLM; allowed in branches."""
+        rt = self._rt
+        rt.check_aborted()
+        request = SampleRequest.build(prompt, system, max_tokens)
+        seq = rt.journal.next_seq()
+        entry = rt.journal.recorded(seq, "sample", "sample")
+        if entry is not None:
+            return SampleResult.from_dict(entry.result)
+        result = await rt.shield_abort(rt.host.complete(request))
+        rt.journal.record(seq, "sample", "sample", result.to_dict())
+        return result
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a side effect once and journal its JSON result; replay returns the record.
+
+        Live and replayed calls return the same plain JSON value (tuples become lists,
+        models become dicts), so the tool behaves identically on both paths.
+        """
+        rt = self._rt
+        rt.check_aborted()
+        seq = rt.journal.next_seq()
+        entry = rt.journal.recorded(seq, "step", name)
+        if entry is not None:
+            return entry.result["value"]
+        if inspect.iscoroutinefunction(fn):
+            raw = await rt.shield_abort(fn(*args))
+        else:
+            raw = await rt.shield_abort(asyncio.to_thread(fn, *args))
+            if inspect.isawaitable(raw):
+                raw = await rt.shield_abort(cast(Awaitable[Any], raw))
+        value = to_json_value(raw, f"The result of step {name!r}")
+        rt.journal.record(seq, "step", name, {"value": value})
+        return value
+
+    async def log(self, level: str, message: str, **data: Any) -> None:
+        """Add a log line to the call's timeline (MCP ``notifications/message``)."""
+        self._rt.check_aborted()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
+        plain = to_json_value(data, "Log data")
+        if not self._rt.journal.replaying:
+            self._rt.host.emit_log(level, message, plain)
+
+    async def notify(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        """Report progress (MCP ``notifications/progress``)."""
+        self._rt.check_aborted()
+        for name, value in (("progress", progress), ("total", total)):
+            if value is not None and (isinstance(value, bool) or not value >= 0):
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        if not self._rt.journal.replaying:
+            self._rt.host.emit_progress(message, progress, total)
+
+    async def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit."""
+        self._rt.check_aborted()
+        return await fn(ToolContext(self._rt, self.depth + 1), *args)

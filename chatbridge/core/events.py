@@ -1,0 +1,114 @@
+"""Events a ``PluginSession`` emits, read with ``await session.next_event()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from chatbridge.core.elicit import ElicitRequest
+
+__all__ = [
+    "AbortedEvent",
+    "CompletedEvent",
+    "ElicitEvent",
+    "FailedEvent",
+    "LogEvent",
+    "ProgressEvent",
+    "SessionEvent",
+    "TERMINAL_EVENTS",
+]
+
+
+@dataclass(frozen=True)
+class ElicitEvent:
+    """The tool asked a question and waits for ``respond_to_elicit``."""
+
+    session_id: str
+    request: ElicitRequest
+    type: Literal["elicit"] = "elicit"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "session_id": self.session_id, **self.request.to_dict()}
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """A log line from ``ctx.log``."""
+
+    session_id: str
+    level: str
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+    type: Literal["log"] = "log"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "session_id": self.session_id,
+            "level": self.level,
+            "message": self.message,
+            "data": self.data,
+        }
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A progress note from ``ctx.notify``."""
+
+    session_id: str
+    message: str
+    progress: float | None = None
+    total: float | None = None
+    type: Literal["progress"] = "progress"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "session_id": self.session_id,
+            "message": self.message,
+            "progress": self.progress,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class CompletedEvent:
+    """The tool returned; ``result`` is its JSON-serialisable value."""
+
+    session_id: str
+    result: Any
+    type: Literal["completed"] = "completed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "session_id": self.session_id, "result": self.result}
+
+
+@dataclass(frozen=True)
+class FailedEvent:
+    """The tool raised; ``error`` is ``"ExceptionType: message"``."""
+
+    session_id: str
+    error: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    type: Literal["failed"] = "failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "session_id": self.session_id, "error": self.error}
+
+
+@dataclass(frozen=True)
+class AbortedEvent:
+    """The session was aborted (by a user, an operator or the idle timeout)."""
+
+    session_id: str
+    reason: str
+    type: Literal["aborted"] = "aborted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "session_id": self.session_id, "reason": self.reason}
+
+
+SessionEvent: TypeAlias = (
+    ElicitEvent | LogEvent | ProgressEvent | CompletedEvent | FailedEvent | AbortedEvent
+)
+TERMINAL_EVENTS = frozenset({"completed", "failed", "aborted"})

@@ -1,0 +1,221 @@
+"""Every error ChatBridge raises, under one base class.
+
+Each exception keeps the facts as attributes and builds its message from them: what was
+expected, what arrived, and how to fix it where there is a fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ChatBridgeError",
+    "DuplicateSession",
+    "ElicitAlreadyPending",
+    "ElicitInBranch",
+    "ElicitNotPending",
+    "ElicitValidationError",
+    "InvalidToolParams",
+    "NotSerializable",
+    "PluginDefinitionError",
+    "ReplayDivergence",
+    "SamplingError",
+    "SessionAborted",
+    "SessionNotFound",
+    "ToolDefinitionError",
+    "UnknownElicitKey",
+]
+
+
+def _keys(keys: Iterable[str]) -> str:
+    return ", ".join(sorted(keys)) or "(none)"
+
+
+def format_errors(errors: Sequence[Mapping[str, Any]]) -> str:
+    """Render pydantic error dicts as ``field: message; ...``."""
+    parts = []
+    for err in errors:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+class ChatBridgeError(Exception):
+    """Base class of every ChatBridge error."""
+
+
+class ToolDefinitionError(ChatBridgeError):
+    """A tool was built with a mistake in its definition."""
+
+
+class PluginDefinitionError(ChatBridgeError):
+    """A plugin's handlers do not match its tool's declared elicitation keys."""
+
+    def __init__(
+        self,
+        tool: str,
+        *,
+        missing: Iterable[str] = (),
+        extra: Iterable[str] = (),
+        detail: str | None = None,
+    ) -> None:
+        self.tool = tool
+        self.missing = sorted(missing)
+        self.extra = sorted(extra)
+        parts = []
+        if self.missing:
+            parts.append(f"missing on_elicit handlers for {_keys(self.missing)}")
+        if self.extra:
+            parts.append(f"handlers for undeclared keys {_keys(self.extra)}")
+        if detail:
+            parts.append(detail)
+        super().__init__(
+            f"Plugin for tool {tool!r}: {'; '.join(parts)}. "
+            "Provide exactly one async handler per key declared in .elicits()."
+            if self.missing or self.extra
+            else f"Plugin for tool {tool!r}: {'; '.join(parts)}."
+        )
+
+
+class UnknownElicitKey(ChatBridgeError):
+    """A tool elicited a key it did not declare."""
+
+    def __init__(self, tool: str, key: str, declared: Iterable[str]) -> None:
+        self.tool, self.key = tool, key
+        self.declared = sorted(declared)
+        super().__init__(
+            f"Tool {tool!r} elicited {key!r}, which it did not declare; "
+            f"declared keys: {_keys(self.declared)}. Add it to .elicits()."
+        )
+
+
+class ElicitInBranch(ChatBridgeError):
+    """``ctx.elicit`` was called inside ``ctx.branch``."""
+
+    def __init__(self, tool: str, key: str, depth: int) -> None:
+        self.tool, self.key, self.depth = tool, key, depth
+        super().__init__(
+            f"Tool {tool!r} elicited {key!r} inside a branch (depth {depth}); "
+            "branches are sub-agent computations and cannot ask the user. "
+            "Elicit in the tool body (depth 0) and pass the answer into the branch."
+        )
+
+
+class ElicitAlreadyPending(ChatBridgeError):
+    """A second elicitation was started while one is pending in the same tool call."""
+
+    def __init__(self, tool: str, key: str, pending: str) -> None:
+        self.tool, self.key, self.pending = tool, key, pending
+        super().__init__(
+            f"Tool {tool!r} elicited {key!r} while elicitation {pending} is still pending; "
+            "a tool call has at most one pending elicitation. Await each ctx.elicit() "
+            "before starting the next."
+        )
+
+
+class ElicitValidationError(ChatBridgeError):
+    """An answer's content does not match the key's response model."""
+
+    def __init__(self, elicit_id: str, model: str, errors: Sequence[Mapping[str, Any]]) -> None:
+        self.elicit_id, self.model = elicit_id, model
+        self.errors = [dict(e) for e in errors]
+        super().__init__(
+            f"Answer to {elicit_id} does not match {model}: {format_errors(self.errors)}. "
+            "The elicitation is still pending; answer it again with valid content."
+        )
+
+    def field_errors(self) -> dict[str, list[str]]:
+        """Errors grouped by top-level field name (``__all__`` for whole-form errors)."""
+        out: dict[str, list[str]] = {}
+        for err in self.errors:
+            loc = err.get("loc") or ()
+            field = str(loc[0]) if loc else "__all__"
+            out.setdefault(field, []).append(str(err.get("msg", "invalid")))
+        return out
+
+
+class ElicitNotPending(ChatBridgeError):
+    """An answer named an elicitation that is not the pending one."""
+
+    def __init__(self, session_id: str, elicit_id: str, pending: str | None) -> None:
+        self.session_id, self.elicit_id, self.pending = session_id, elicit_id, pending
+        now = f"the pending one is {pending}" if pending else "nothing is pending"
+        super().__init__(
+            f"Session {session_id!r} has no pending elicitation {elicit_id}; {now}. "
+            "Answers are accepted once, for the question currently asked."
+        )
+
+
+class InvalidToolParams(ChatBridgeError):
+    """Tool arguments do not match the tool's parameters model."""
+
+    def __init__(self, tool: str, errors: Sequence[Mapping[str, Any]]) -> None:
+        self.tool = tool
+        self.errors = [dict(e) for e in errors]
+        super().__init__(
+            f"Invalid arguments for tool {tool!r}: {format_errors(self.errors)}. "
+            "Call it again with arguments matching its parameters schema."
+        )
+
+
+class NotSerializable(ChatBridgeError, TypeError):
+    """A value that must travel or be journaled is not JSON-serialisable."""
+
+    def __init__(self, what: str, value: object, reason: str) -> None:
+        self.what = what
+        super().__init__(
+            f"{what} must be JSON-serialisable, got {type(value).__name__}: {reason}. "
+            "Return plain dicts, lists, strings, numbers, booleans, None or pydantic models."
+        )
+
+
+class SamplingError(ChatBridgeError):
+    """The LLM call behind ``ctx.sample`` failed."""
+
+    def __init__(self, model: str, cause: BaseException) -> None:
+        self.model = model
+        super().__init__(f"Sampling with model {model!r} failed: {type(cause).__name__}: {cause}")
+
+
+class SessionNotFound(ChatBridgeError):
+    """No live session has this id."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"No plugin session {session_id!r}: it finished, was aborted, or was lost "
+            "(for example in a restart). Retry the operation."
+        )
+
+
+class DuplicateSession(ChatBridgeError):
+    """A session with this call id is already live."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"A plugin session {session_id!r} is already running; "
+            "each tool call id starts one session."
+        )
+
+
+class SessionAborted(ChatBridgeError):
+    """The session was aborted; raised inside the tool at its await point."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.session_id, self.reason = session_id, reason
+        super().__init__(f"Session {session_id!r} was aborted: {reason}")
+
+
+class ReplayDivergence(ChatBridgeError):
+    """A replayed tool made a different capability call than the journal recorded."""
+
+    def __init__(self, tool: str, seq: int, recorded: str, attempted: str) -> None:
+        self.tool, self.seq = tool, seq
+        self.recorded, self.attempted = recorded, attempted
+        super().__init__(
+            f"Replay of tool {tool!r} diverged at journal entry {seq}: the journal recorded "
+            f"{recorded}, the tool now called {attempted}. Apart from ctx calls and ctx.step, "
+            "a tool must be deterministic; wrap other side effects in ctx.step()."
+        )

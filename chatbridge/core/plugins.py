@@ -1,0 +1,229 @@
+"""Plugins: a tool plus one ``on_elicit`` handler per declared key, and their registry.
+
+A handler answers one question, typically with ``await ctx.render(template, context)``: the
+host shows the form, waits for the post-back and validates it; invalid posts are shown again
+with their errors, so a handler only ever sees valid answers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from chatbridge.core.elicit import (
+    Accept,
+    Cancel,
+    Decline,
+    ElicitAction,
+    ElicitRequest,
+    ElicitResult,
+    validate_result,
+)
+from chatbridge.core.exceptions import ElicitValidationError, PluginDefinitionError
+from chatbridge.core.tools import McpTool
+
+__all__ = [
+    "BusinessCheck",
+    "ElicitHandler",
+    "FormPost",
+    "Plugin",
+    "PluginBuilder",
+    "PluginContext",
+    "PluginRegistry",
+    "RenderSurface",
+    "Submission",
+    "make_plugin",
+]
+
+T = TypeVar("T")
+FieldErrors = dict[str, list[str]]
+Problems = Mapping[str, str | list[str]] | None
+BusinessCheck = Callable[[Any], Problems | Awaitable[Problems]]
+
+
+@dataclass(frozen=True)
+class FormPost:
+    """What the user sent back for a rendered form."""
+
+    action: ElicitAction
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class RenderSurface(Protocol):
+    """Where a plugin's forms appear (the browser chat implements it)."""
+
+    async def show(
+        self, template_name: str, context: dict[str, Any], errors: FieldErrors
+    ) -> FormPost:
+        """Show the form (with ``errors`` from the previous attempt) and wait for a post."""
+
+
+@dataclass(frozen=True)
+class Submission(Generic[T]):
+    """The outcome of ``ctx.render``: the validated result, the raw post and attempts made."""
+
+    result: ElicitResult[T]
+    data: dict[str, Any]
+    attempts: int
+
+
+def _normalise(problems: Mapping[str, str | list[str]]) -> FieldErrors:
+    return {k: [v] if isinstance(v, str) else list(v) for k, v in problems.items() if v}
+
+
+class PluginContext:
+    """What an ``on_elicit`` handler receives next to the request."""
+
+    def __init__(self, request: ElicitRequest, surface: RenderSurface) -> None:
+        self.request = request
+        self._surface = surface
+
+    @property
+    def call_id(self) -> str:
+        return self.request.call_id
+
+    async def render(
+        self,
+        template_name: str,
+        context: Mapping[str, Any] | None = None,
+        *,
+        validate: BusinessCheck | None = None,
+    ) -> Submission[Any]:
+        """Show ``template_name`` until the user sends a valid answer, declines or cancels.
+
+        ``validate`` adds business rules (a taken seat): it gets the validated model and
+        returns field errors, or nothing when the answer is fine.
+        """
+        request = self.request
+        model = request.schema.model
+        errors: FieldErrors = {}
+        attempts = 0
+        while True:
+            attempts += 1
+            page = {"request": request, "errors": errors, **(context or {})}
+            post = await self._surface.show(template_name, page, errors)
+            if post.action == "decline":
+                return Submission(Decline(), post.data, attempts)
+            if post.action == "cancel":
+                return Submission(Cancel(), post.data, attempts)
+            try:
+                result = validate_result(Accept(post.data), model, str(request.id))
+            except ElicitValidationError as exc:
+                errors = exc.field_errors()
+                continue
+            if validate is not None:
+                problems = validate(result.content)
+                if inspect.isawaitable(problems):
+                    problems = await problems
+                if problems:
+                    errors = _normalise(problems)
+                    continue
+            return Submission(result, post.data, attempts)
+
+
+ElicitHandler = Callable[[ElicitRequest, PluginContext], Awaitable[ElicitResult[Any]]]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A tool with a handler for every key it elicits."""
+
+    tool: McpTool[Any, Any]
+    handlers: Mapping[str, ElicitHandler]
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    async def handle(self, request: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]:
+        """Run the handler for ``request.key`` and validate what it returns."""
+        handler = self.handlers.get(request.key)
+        if handler is None:
+            raise PluginDefinitionError(self.name, extra=(), missing=(request.key,))
+        model: type[BaseModel] = request.schema.model
+        return validate_result(await handler(request, ctx), model, str(request.id))
+
+
+class PluginBuilder:
+    """Returned by ``make_plugin``; ``.on_elicit(...)`` then ``.build()``."""
+
+    def __init__(self, tool: McpTool[Any, Any]) -> None:
+        if not isinstance(tool, McpTool):
+            raise PluginDefinitionError(
+                getattr(tool, "name", repr(tool)),
+                detail=f"make_plugin() needs a tool from create_mcp_tool(), got {tool!r}",
+            )
+        self._tool = tool
+        self._handlers: dict[str, ElicitHandler] = {}
+
+    def on_elicit(self, **handlers: ElicitHandler) -> PluginBuilder:
+        """Register handlers by key (may be called several times)."""
+        for key, handler in handlers.items():
+            if key in self._handlers:
+                raise PluginDefinitionError(
+                    self._tool.name, detail=f"two handlers for key {key!r}"
+                )
+            if not inspect.iscoroutinefunction(handler):
+                raise PluginDefinitionError(
+                    self._tool.name,
+                    detail=f"the handler for {key!r} must be an async function, got {handler!r}",
+                )
+            self._handlers[key] = handler
+        return self
+
+    def build(self) -> Plugin:
+        """Check the handlers cover the declared keys exactly and return the ``Plugin``."""
+        declared, given = set(self._tool.elicits), set(self._handlers)
+        if declared != given:
+            raise PluginDefinitionError(
+                self._tool.name, missing=declared - given, extra=given - declared
+            )
+        return Plugin(self._tool, dict(self._handlers))
+
+
+def make_plugin(tool: McpTool[Any, Any]) -> PluginBuilder:
+    """Start deriving a plugin from ``tool``."""
+    return PluginBuilder(tool)
+
+
+class PluginRegistry:
+    """Plugins by tool name; duplicates are refused."""
+
+    def __init__(self, plugins: Iterable[Plugin] = ()) -> None:
+        self._plugins: dict[str, Plugin] = {}
+        for plugin in plugins:
+            self.register(plugin)
+
+    def register(self, plugin: Plugin) -> None:
+        if not isinstance(plugin, Plugin):
+            raise PluginDefinitionError(
+                getattr(plugin, "name", repr(plugin)),
+                detail=f"register() needs a Plugin from make_plugin(...).build(), got {plugin!r}",
+            )
+        if plugin.name in self._plugins:
+            raise PluginDefinitionError(
+                plugin.name, detail="a plugin with this tool name is already registered"
+            )
+        self._plugins[plugin.name] = plugin
+
+    def get(self, tool_name: str) -> Plugin | None:
+        return self._plugins.get(tool_name)
+
+    def has(self, tool_name: str) -> bool:
+        return tool_name in self._plugins
+
+    def __iter__(self) -> Iterator[Plugin]:
+        return iter(self._plugins.values())
+
+    def __len__(self) -> int:
+        return len(self._plugins)
+
+    def __contains__(self, tool_name: object) -> bool:
+        return tool_name in self._plugins
+
+    def tools(self) -> list[McpTool[Any, Any]]:
+        return [p.tool for p in self._plugins.values()]

@@ -1,0 +1,392 @@
+"""Plugin sessions: one live tool call each, held by a process-wide ``SessionManager``.
+
+A ``PluginSession`` runs its tool in its own asyncio task and is the tool's
+``CapabilityHost``: questions become ``elicit`` events and wait for ``respond_to_elicit``;
+logs and progress become events; completions go to the sampler. Nothing here belongs to a
+socket: whoever drives a session reads ``next_event()`` and answers, and may come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from chatbridge.core.context import CallRuntime, ToolContext
+from chatbridge.core.elicit import (
+    ElicitId,
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+    validate_result,
+)
+from chatbridge.core.events import (
+    AbortedEvent,
+    CompletedEvent,
+    ElicitEvent,
+    FailedEvent,
+    LogEvent,
+    ProgressEvent,
+    SessionEvent,
+)
+from chatbridge.core.exceptions import (
+    ChatBridgeError,
+    DuplicateSession,
+    ElicitNotPending,
+    ElicitValidationError,
+    SessionAborted,
+    SessionNotFound,
+)
+from chatbridge.core.journal import Journal, JournalEntry, to_json_value
+from chatbridge.core.sampling import LiteLLMSampler, SampleRequest, SampleResult, Sampler
+from chatbridge.core.tools import McpTool
+
+__all__ = ["PluginSession", "SessionInfo", "SessionManager", "SessionStatus"]
+
+logger = logging.getLogger("chatbridge.sessions")
+
+SessionStatus = Literal[
+    "running", "awaiting_elicit", "awaiting_sample", "completed", "failed", "aborted"
+]
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A snapshot of a live session, for inspection (admin, ``list_active``)."""
+
+    id: str
+    tool_name: str
+    call_id: str
+    status: SessionStatus
+    pending_key: str | None
+    pending_message: str | None
+    pending_elicit_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    idle_seconds: float
+
+
+class PluginSession:
+    """One tool call: its task, status, pending question, events and journal."""
+
+    def __init__(
+        self,
+        tool: McpTool[Any, Any],
+        params: BaseModel,
+        call_id: str,
+        *,
+        journal: Iterable[JournalEntry | Mapping[str, Any]] = (),
+        sampler: Sampler,
+        clock: Clock = time.monotonic,
+        on_finish: Callable[[PluginSession], None] | None = None,
+    ) -> None:
+        self.tool = tool
+        self.id = self.call_id = call_id
+        self.params = params
+        self._journal = Journal(tool.name, journal)
+        self._sampler = sampler
+        self._clock = clock
+        self._on_finish = on_finish
+        self._runtime = CallRuntime(
+            tool, call_id, params.model_dump(mode="json"), self, self._journal
+        )
+        self._status: SessionStatus = "running"
+        self._events: asyncio.Queue[SessionEvent] = asyncio.Queue()
+        self._terminal: SessionEvent | None = None
+        self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.created_at = self.updated_at = datetime.now(UTC)
+        self._last_activity = clock()
+
+    # -- inspection -----------------------------------------------------------------------
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool.name
+
+    @property
+    def status(self) -> SessionStatus:
+        return self._status
+
+    @property
+    def pending(self) -> ElicitRequest | None:
+        """The question waiting for an answer, if any."""
+        return self._pending[0] if self._pending else None
+
+    @property
+    def journal(self) -> list[dict[str, Any]]:
+        """Every capability result so far, JSON-serialisable, in ``seq`` order."""
+        return self._journal.to_list()
+
+    @property
+    def finished(self) -> bool:
+        return self._terminal is not None
+
+    def idle_seconds(self) -> float:
+        """How long the session has waited for an answer (0 unless awaiting one)."""
+        if self._status != "awaiting_elicit":
+            return 0.0
+        return max(0.0, self._clock() - self._last_activity)
+
+    def info(self) -> SessionInfo:
+        pending = self.pending
+        return SessionInfo(
+            id=self.id,
+            tool_name=self.tool_name,
+            call_id=self.call_id,
+            status=self._status,
+            pending_key=pending.key if pending else None,
+            pending_message=pending.message if pending else None,
+            pending_elicit_id=str(pending.id) if pending else None,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            idle_seconds=self.idle_seconds(),
+        )
+
+    # -- driving ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"chatbridge-session:{self.id}")
+
+    async def next_event(self) -> SessionEvent:
+        """The next event; once the session has ended, its terminal event again and again."""
+        if self._terminal is not None and self._events.empty():
+            return self._terminal
+        return await self._events.get()
+
+    async def respond_to_elicit(
+        self, elicit_id: ElicitId | str, result: ElicitResult[Any] | Mapping[str, Any]
+    ) -> None:
+        """Answer the pending question; invalid content raises and leaves it pending."""
+        pending = self._pending
+        wanted = str(elicit_id)
+        if pending is None or str(pending[0].id) != wanted or pending[1].done():
+            raise ElicitNotPending(self.id, wanted, str(pending[0].id) if pending else None)
+        request, future = pending
+        if isinstance(result, Mapping):
+            try:
+                result = result_from_dict(result)
+            except ValueError as exc:
+                raise ElicitValidationError(
+                    wanted, request.schema.model.__name__, [{"loc": ("action",), "msg": str(exc)}]
+                ) from None
+        validated = validate_result(result, request.schema.model, wanted)
+        self._pending = None
+        self._touch()
+        future.set_result(validated)
+
+    async def abort(self, reason: str = "aborted", *, grace: float = 5.0) -> None:
+        """Stop the tool: it sees ``SessionAborted`` at its await point. Idempotent."""
+        if self._terminal is not None:
+            return
+        if self._runtime.aborted is None:
+            self._runtime.aborted = SessionAborted(self.id, reason)
+            if self._pending is not None and not self._pending[1].done():
+                self._pending[1].set_exception(self._runtime.aborted)
+            elif self._task is not None:
+                self._task.cancel(reason)
+        task = self._task
+        if task is None:
+            self._finish(AbortedEvent(self.id, reason), "aborted")
+            return
+        if task is asyncio.current_task():
+            return  # a tool aborting itself: it unwinds by raising SessionAborted
+        done, _ = await asyncio.wait({task}, timeout=grace)
+        if not done:  # the tool caught SessionAborted and kept going: stop it hard
+            logger.warning("session %s ignored abort for %.1fs; cancelling", self.id, grace)
+            task.cancel(reason)
+            await asyncio.wait({task})
+
+    # -- CapabilityHost ---------------------------------------------------------------------
+
+    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
+        future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
+        self._pending = (request, future)
+        self._set_status("awaiting_elicit")
+        self._emit(ElicitEvent(self.id, request))
+        try:
+            return await future
+        finally:
+            self._pending = None
+            self._set_status("running")
+
+    async def complete(self, request: SampleRequest) -> SampleResult:
+        self._set_status("awaiting_sample")
+        try:
+            return await self._sampler(request)
+        finally:
+            self._set_status("running")
+
+    def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
+        self._emit(LogEvent(self.id, level, message, data))
+
+    def emit_progress(self, message: str, progress: float | None, total: float | None) -> None:
+        self._emit(ProgressEvent(self.id, message, progress, total))
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        ctx = ToolContext(self._runtime)
+        try:
+            raw = await self.tool.fn(self.params, ctx)
+            result = to_json_value(raw, f"The result of tool {self.tool_name!r}")
+        except SessionAborted as exc:
+            self._finish(AbortedEvent(self.id, exc.reason), "aborted")
+        except asyncio.CancelledError:
+            aborted = self._runtime.aborted
+            self._finish(AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted")
+            if aborted is None:
+                raise
+        except Exception as exc:  # any tool bug ends the session as failed, never the process
+            if not isinstance(exc, ChatBridgeError):
+                logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
+            self._finish(FailedEvent(self.id, f"{type(exc).__name__}: {exc}", exc), "failed")
+        else:
+            if self._runtime.aborted is not None:  # it swallowed SessionAborted
+                self._finish(AbortedEvent(self.id, self._runtime.aborted.reason), "aborted")
+            else:
+                self._finish(CompletedEvent(self.id, result), "completed")
+
+    def _set_status(self, status: SessionStatus) -> None:
+        if self._terminal is None:
+            self._status = status
+            self._touch()
+
+    def _touch(self) -> None:
+        self._last_activity = self._clock()
+        self.updated_at = datetime.now(UTC)
+
+    def _emit(self, event: SessionEvent) -> None:
+        if self._terminal is None:
+            self._touch()
+            self._events.put_nowait(event)
+
+    def _finish(self, event: SessionEvent, status: SessionStatus) -> None:
+        if self._terminal is not None:
+            return
+        self._status = status
+        self._touch()
+        self._events.put_nowait(event)
+        self._terminal = event
+        if self._on_finish is not None:
+            self._on_finish(self)
+
+
+class SessionManager:
+    """Process-wide registry of live sessions: create, get, abort, list, expire idle ones.
+
+    Args:
+        sampler: completes ``ctx.sample`` calls; default litellm with ``CHATBRIDGE_MODEL``.
+        idle_timeout: seconds a session may wait for an answer before it is aborted
+            (``None`` disables expiry).
+    """
+
+    def __init__(
+        self,
+        *,
+        sampler: Sampler | None = None,
+        idle_timeout: float | None = 3600.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive or None, got {idle_timeout!r}")
+        self.sampler: Sampler = sampler or LiteLLMSampler()
+        self.idle_timeout = idle_timeout
+        self._clock = clock
+        self._sessions: dict[str, PluginSession] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def create(
+        self,
+        tool: McpTool[Any, Any],
+        params: Mapping[str, Any] | BaseModel,
+        *,
+        call_id: str,
+        journal: Iterable[JournalEntry | Mapping[str, Any]] | None = None,
+    ) -> PluginSession:
+        """Validate ``params`` and start the tool; with ``journal``, resume it by replay."""
+        if not isinstance(call_id, str) or not call_id.strip():
+            raise ValueError(f"call_id must be a non-empty string, got {call_id!r}")
+        if call_id in self._sessions:
+            raise DuplicateSession(call_id)
+        validated = tool.validate_params(params)
+        session = PluginSession(
+            tool,
+            validated,
+            call_id,
+            journal=journal or (),
+            sampler=self.sampler,
+            clock=self._clock,
+            on_finish=self._forget,
+        )
+        self._sessions[call_id] = session
+        session.start()
+        self._ensure_reaper()
+        return session
+
+    def get(self, session_id: str) -> PluginSession | None:
+        """The live session with this id, or ``None``."""
+        return self._sessions.get(session_id)
+
+    def require(self, session_id: str) -> PluginSession:
+        """The live session with this id, or ``SessionNotFound``."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def abort(self, session_id: str, reason: str = "aborted") -> None:
+        """Abort a live session; ``SessionNotFound`` if there is none."""
+        await self.require(session_id).abort(reason)
+
+    def list_active(self) -> list[SessionInfo]:
+        """Snapshots of every live session, oldest first."""
+        return sorted((s.info() for s in self._sessions.values()), key=lambda i: i.created_at)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    async def reap_idle(self) -> list[str]:
+        """Abort sessions that waited longer than ``idle_timeout``; return their ids."""
+        if self.idle_timeout is None:
+            return []
+        limit = self.idle_timeout
+        idle = [s for s in self._sessions.values() if s.idle_seconds() > limit]
+        for session in idle:
+            await session.abort(f"no answer for {limit:g}s (idle timeout)")
+        return [s.id for s in idle]
+
+    async def shutdown(self, reason: str = "server shutting down") -> None:
+        """Abort every live session and stop the idle reaper."""
+        for session in list(self._sessions.values()):
+            await session.abort(reason)
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+
+    def _forget(self, session: PluginSession) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+
+    def _ensure_reaper(self) -> None:
+        if self.idle_timeout is None or (self._reaper is not None and not self._reaper.done()):
+            return
+        self._reaper = asyncio.create_task(self._reap_loop(), name="chatbridge-idle-reaper")
+
+    async def _reap_loop(self) -> None:
+        assert self.idle_timeout is not None
+        interval = min(max(self.idle_timeout / 4, 0.05), 30.0)
+        while self._sessions:
+            await asyncio.sleep(interval)
+            await self.reap_idle()

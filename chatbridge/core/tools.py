@@ -1,0 +1,150 @@
+"""``create_mcp_tool``: declare a tool's parameters, elicitation surface and body once."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from chatbridge.core.exceptions import InvalidToolParams, ToolDefinitionError
+
+if TYPE_CHECKING:
+    from chatbridge.core.context import ToolContext
+
+__all__ = ["McpTool", "McpToolBuilder", "NoParams", "create_mcp_tool"]
+
+P = TypeVar("P", bound=BaseModel)
+P2 = TypeVar("P2", bound=BaseModel)
+R = TypeVar("R")
+
+ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
+
+# OpenAI-style function names: what every LLM provider and MCP client accepts.
+_TOOL_NAME = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
+_KEY = re.compile(r"\A[a-z_][a-z0-9_]*\Z")
+
+
+class NoParams(BaseModel):
+    """Parameters of a tool that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_model(tool: str, what: str, model: object) -> type[BaseModel]:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ToolDefinitionError(
+            f"Tool {tool!r}: {what} must be a pydantic BaseModel subclass, got {model!r}."
+        )
+    return model
+
+
+@dataclass(frozen=True)
+class McpTool(Generic[P, R]):
+    """A tool: name, description, parameters model, elicitation surface and async body."""
+
+    name: str
+    description: str
+    parameters_model: type[P]
+    elicits: Mapping[str, type[BaseModel]]
+    fn: ToolFn[P, R] = field(repr=False)
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        """JSON Schema of the parameters (what the LLM and MCP clients are shown)."""
+        return self.parameters_model.model_json_schema()
+
+    def elicit_schema(self, key: str) -> dict[str, Any]:
+        """JSON Schema of the response model for ``key``."""
+        return self.elicits[key].model_json_schema()
+
+    def function_spec(self) -> dict[str, Any]:
+        """The tool in the OpenAI/litellm ``tools=[...]`` format."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters_schema,
+            },
+        }
+
+    def validate_params(self, params: Mapping[str, Any] | BaseModel) -> P:
+        """Validate raw arguments into the parameters model, or raise ``InvalidToolParams``."""
+        raw = params.model_dump() if isinstance(params, BaseModel) else params
+        if not isinstance(raw, Mapping):
+            errors = [{"loc": (), "msg": f"expected an object, got {type(raw).__name__}"}]
+            raise InvalidToolParams(self.name, errors)
+        try:
+            return self.parameters_model.model_validate(dict(raw))
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            raise InvalidToolParams(self.name, cast(Any, errors)) from None
+
+    async def run(self, params: Mapping[str, Any] | BaseModel, ctx: ToolContext) -> R:
+        """Validate ``params`` and run the tool body with ``ctx``."""
+        return await self.fn(self.validate_params(params), ctx)
+
+
+class McpToolBuilder(Generic[P]):
+    """Fluent builder returned by ``create_mcp_tool``; ``.execute()`` finishes it."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise ToolDefinitionError(
+                f"Tool name {name!r} is not valid: use 1-64 letters, digits, '_' or '-'."
+            )
+        self._name = name
+        self._description = ""
+        self._parameters: type[BaseModel] = NoParams
+        self._elicits: dict[str, type[BaseModel]] | None = None
+
+    def description(self, text: str) -> McpToolBuilder[P]:
+        """What the tool does, as the LLM will read it."""
+        self._description = text
+        return self
+
+    def parameters(self, model: type[P2]) -> McpToolBuilder[P2]:
+        """The pydantic model of the tool's arguments."""
+        self._parameters = _check_model(self._name, ".parameters()", model)
+        return cast("McpToolBuilder[P2]", self)
+
+    def elicits(self, **surface: type[BaseModel]) -> McpToolBuilder[P]:
+        """Declare every key the tool may elicit with its response model (may be empty)."""
+        for key, model in surface.items():
+            if not _KEY.match(key):
+                raise ToolDefinitionError(
+                    f"Tool {self._name!r}: elicitation key {key!r} must be snake_case "
+                    "(lowercase letters, digits, '_')."
+                )
+            _check_model(self._name, f"the response model of {key!r}", model)
+        self._elicits = dict(surface)
+        return self
+
+    def execute(self, fn: ToolFn[P, R]) -> McpTool[P, R]:
+        """Attach the async body and return the finished ``McpTool``."""
+        if self._elicits is None:
+            raise ToolDefinitionError(
+                f"Tool {self._name!r} has no .elicits(...) declaration; it is required, "
+                "use .elicits() when the tool asks nothing."
+            )
+        if not inspect.iscoroutinefunction(fn):
+            raise ToolDefinitionError(
+                f"Tool {self._name!r}: .execute() needs an async function (async def), "
+                f"got {fn!r}."
+            )
+        return McpTool(
+            name=self._name,
+            description=self._description,
+            parameters_model=cast("type[P]", self._parameters),
+            elicits=dict(self._elicits),
+            fn=fn,
+        )
+
+
+def create_mcp_tool(name: str) -> McpToolBuilder[NoParams]:
+    """Start defining a tool called ``name``."""
+    return McpToolBuilder(name)

@@ -1,0 +1,267 @@
+"""What the offline model says: a small, deterministic reader of conversations.
+
+It picks a tool whose name the user's words contain ("book a flight" → ``book_flight``), fills
+the arguments from the tool's JSON Schema ("from JFK to LAX", ``name: value``), summarises tool
+results, retries a lost session once and apologises for other tool errors. Without tools on
+offer (``ctx.sample``) it writes one short deterministic answer to the prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Reply", "ToolCall", "plan_reply"]
+
+Message = Mapping[str, Any]
+
+_ORIGIN_HINTS = ("origin", "from", "source", "depart", "start")
+_DEST_HINTS = ("destination", "dest", "to", "arriv", "target", "end")
+_STOP = r"(?=\s+(?:on|at|for|with|in|by|tomorrow|today|and|please)\b|[,.;!?]|\Z)"
+_FROM_TO = re.compile(
+    r"\bfrom\s+(?P<a>[^\s,.;!?][^,.;!?]*?)\s+to\s+(?P<b>[^\s,.;!?][^,.;!?]*?)" + _STOP,
+    re.IGNORECASE,
+)
+_RETRYABLE = ("session was lost", "please retry")
+_TIPS = (
+    "Arrive two hours before departure at {s}; security lines peak in the early morning.",
+    "At {s}, keep your boarding pass on your phone and check the gate again after security.",
+    "Pack a refillable bottle: {s} has water stations past security.",
+    "Allow extra time for the terminal transfer at {s}, and follow the signs for connections.",
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model decided to make."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The model's turn: text, or text plus tool calls."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+def _text_of(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def _digest(*parts: object) -> str:
+    raw = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _tool_name(spec: Mapping[str, Any]) -> str:
+    return str(spec.get("function", spec).get("name", ""))
+
+
+def _tool_function(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = spec.get("function", spec)
+    return fn if isinstance(fn, Mapping) else {}
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _matches(tool: Mapping[str, Any], words: Sequence[str]) -> bool:
+    tokens = [t for t in re.split(r"[_\-]+", _tool_name(tool).lower()) if t]
+    return bool(tokens) and all(any(w.startswith(t) for w in words) for t in tokens)
+
+
+def _clean_value(value: str) -> str:
+    value = value.strip().strip("'\"")
+    return value.upper() if re.fullmatch(r"[A-Za-z]{3}", value) else value
+
+
+def _coerce(value: str, schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+    except ValueError:
+        return value
+    if kind == "boolean":
+        return value.lower() in ("yes", "true", "1", "on")
+    return value
+
+
+def _hinted(name: str, hint: str) -> bool:
+    name = name.lower()
+    return name == hint or name.startswith(hint + "_") or (len(hint) > 3 and name.startswith(hint))
+
+
+def _extract_arguments(tool: Mapping[str, Any], text: str) -> dict[str, Any]:
+    params = _tool_function(tool).get("parameters") or {}
+    props: Mapping[str, Any] = params.get("properties") or {}
+    args: dict[str, Any] = {}
+    for name, schema in props.items():
+        label = re.escape(name.replace("_", " "))
+        explicit = re.search(
+            rf"\b(?:{re.escape(name)}|{label})\s*(?:[:=]|\bis\b)\s*(?P<v>[^,;\n]+?)" + _STOP,
+            text,
+            re.IGNORECASE,
+        )
+        if explicit:
+            args[name] = _coerce(_clean_value(explicit.group("v")), schema)
+    route = _FROM_TO.search(text)
+    if route:
+        for hints, value in ((_ORIGIN_HINTS, route.group("a")), (_DEST_HINTS, route.group("b"))):
+            for name in props:
+                if name not in args and any(_hinted(name, h) for h in hints):
+                    args[name] = _clean_value(value)
+                    break
+    return args
+
+
+def _describe_tools(tools: Sequence[Mapping[str, Any]]) -> str:
+    lines = []
+    for tool in tools:
+        fn = _tool_function(tool)
+        props = list((fn.get("parameters") or {}).get("properties") or {})
+        example = f" (give {', '.join(props)})" if props else ""
+        lines.append(f"- {fn.get('name')}: {fn.get('description') or 'no description'}{example}")
+    return "\n".join(lines)
+
+
+def _help(tools: Sequence[Mapping[str, Any]]) -> Reply:
+    if not tools:
+        return Reply("I'm the offline assistant. No tools are available right now, so I can only chat.")
+    names = [_tool_name(t) for t in tools]
+    sample = names[0].replace("_", " ")
+    return Reply(
+        "I'm the offline assistant. I can use these tools:\n"
+        f"{_describe_tools(tools)}\n"
+        f"Ask in your own words, for example: \"{sample} from JFK to LAX\"."
+    )
+
+
+def _summarise(tool: str, content: str) -> str:
+    label = tool.replace("_", " ")
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return f"{label} finished: {content[:300]}"
+    if not isinstance(data, dict):
+        return f"{label} finished: {json.dumps(data)[:300]}"
+    for flag in ("booked", "ok", "success", "done"):
+        if data.get(flag) is False:
+            reason = data.get("reason") or data.get("error") or "not completed"
+            return f"{label} did not go through ({reason}). Tell me if you want to try again."
+    tip = data.get("tip") if isinstance(data.get("tip"), str) else None
+    facts = [
+        f"{k.replace('_', ' ')} {v}"
+        for k, v in data.items()
+        if k != "tip" and isinstance(v, str | int | float) and not isinstance(v, bool)
+    ][:6]
+    text = f"Done: {label} finished" + (f" — {', '.join(facts)}." if facts else ".")
+    return text + (f" Tip: {tip}" if tip else "")
+
+
+def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
+    calls: dict[str, ToolCall] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            try:
+                arguments = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            calls[str(call.get("id"))] = ToolCall(str(call.get("id")), str(fn.get("name")), arguments)
+    return calls
+
+
+def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
+    last = messages[-1]
+    content = _text_of(last)
+    call = _calls_by_id(messages).get(str(last.get("tool_call_id")))
+    name = call.name if call else "the tool"
+    if not content.lower().startswith("error"):
+        return Reply(_summarise(name, content))
+    since_user = 0
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        since_user += sum(1 for c in message.get("tool_calls") or () if c)
+    retryable = any(marker in content.lower() for marker in _RETRYABLE)
+    offered = call is not None and any(_tool_name(t) == call.name for t in tools)
+    if call is not None and retryable and offered and since_user < 2:
+        retry = ToolCall(f"call_{_digest(messages)[:24]}", call.name, call.arguments)
+        return Reply(f"The {name.replace('_', ' ')} session was lost; trying again.", [retry])
+    detail = content.split("\n", 1)[0][:300]
+    return Reply(f"Sorry, {name.replace('_', ' ')} did not work: {detail} You can try again or rephrase.")
+
+
+def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
+    text = _text_of(messages[-1])
+    words = _words(text)
+    for tool in tools:
+        if not _matches(tool, words):
+            continue
+        fn = _tool_function(tool)
+        args = _extract_arguments(tool, text)
+        required = list((fn.get("parameters") or {}).get("required") or ())
+        missing = [r for r in required if r not in args]
+        name = str(fn.get("name"))
+        if missing:
+            return Reply(
+                f"I can {name.replace('_', ' ')} for you, but I need the "
+                f"{' and '.join(m.replace('_', ' ') for m in missing)}. "
+                f"For example: \"{name.replace('_', ' ')} from JFK to LAX\"."
+            )
+        return Reply("", [ToolCall(f"call_{_digest(messages, name)[:24]}", name, args)])
+    return _help(tools)
+
+
+def _sample(messages: Sequence[Message], max_tokens: int | None) -> str:
+    prompt = _text_of(messages[-1]) if messages else ""
+    subject_match = re.search(r"\bfor\s+(?P<s>[^.?!\n]+)", prompt, re.IGNORECASE)
+    subject = subject_match.group("s").strip() if subject_match else "your trip"
+    pick = int(_digest(prompt)[:8], 16)
+    if "tip" in prompt.lower():
+        text = _TIPS[pick % len(_TIPS)].format(s=subject)
+    elif re.search(r"summari[sz]e", prompt, re.IGNORECASE):
+        body = re.split(r"(?<=[.!?])\s", prompt.split(":", 1)[-1].strip(), maxsplit=1)[0]
+        text = f"In short: {body}"
+    else:
+        text = f"A short answer about {subject}: keep it simple and check the details before you go."
+    if max_tokens is not None:
+        text = " ".join(text.split()[:max_tokens])
+    return text
+
+
+def plan_reply(
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    max_tokens: int | None = None,
+) -> Reply:
+    """Decide the offline model's reply to ``messages`` given the ``tools`` on offer."""
+    tools = list(tools or ())
+    convo = [m for m in messages if m.get("role") != "system"]
+    if not tools:
+        return Reply(_sample(convo, max_tokens))
+    if not convo:
+        return _help(tools)
+    role = convo[-1].get("role")
+    if role == "tool":
+        return _after_tool(convo, tools)
+    if role == "user":
+        return _after_user(convo, tools)
+    return _help(tools)

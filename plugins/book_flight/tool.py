@@ -1,0 +1,96 @@
+"""The book_flight tool: written once, served in the web chat and over MCP."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from chatbridge import ToolContext, create_mcp_tool
+from plugins.book_flight.data import find_flight, issue_ticket, search_flights, seat_map_for
+
+__all__ = ["BookFlightParams", "PickFlight", "PickSeat", "book_flight"]
+
+
+class BookFlightParams(BaseModel):
+    origin: str = Field(min_length=2, max_length=64, description="Departure airport, e.g. JFK")
+    destination: str = Field(min_length=2, max_length=64, description="Arrival airport, e.g. LAX")
+
+
+class PickFlight(BaseModel):
+    flight_id: str = Field(min_length=1, max_length=32, description="Id of the chosen flight")
+
+
+class PickSeat(BaseModel):
+    row: int = Field(ge=1, le=99, description="Seat row")
+    seat: Literal["A", "B", "C", "D", "E", "F"] = Field(description="Seat letter")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_label(cls, data: Any) -> Any:
+        """Accept the seat picker's single ``seat_label`` ("12C") as well as row + seat."""
+        if isinstance(data, dict) and "seat_label" in data and "row" not in data:
+            label = str(data["seat_label"]).strip().upper()
+            data = {k: v for k, v in data.items() if k != "seat_label"}
+            data.update(row=label[:-1], seat=label[-1:])
+        return data
+
+
+async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[str, Any]:
+    origin, destination = params.origin.upper(), params.destination.upper()
+    await ctx.log("info", "Searching flights", origin=origin, destination=destination)
+    flights = search_flights(origin, destination)
+    await ctx.notify(f"Found {len(flights)} flights", progress=1, total=4)
+    menu = "\n".join(
+        f"{i}. {f.airline} {f.number} | {f.departs}-{f.arrives} | ${f.price_usd}"
+        for i, f in enumerate(flights, 1)
+    )
+    choice = await ctx.elicit(
+        "pick_flight",
+        message=f"Select your flight from {origin} to {destination}:\n\n{menu}",
+        flights=[f.model_dump() for f in flights],
+    )
+    if not choice.accepted:
+        return {"booked": False, "reason": f"flight selection {choice.action}ed"}
+    flight = find_flight(flights, choice.content.flight_id)
+    if flight is None:
+        return {"booked": False, "reason": f"no flight {choice.content.flight_id!r} on this route"}
+    await ctx.notify(f"Selected {flight.number}", progress=2, total=4)
+
+    seat_map = seat_map_for(flight.id)
+    seat = await ctx.elicit(
+        "pick_seat",
+        message=f"Select your seat on {flight.number}",
+        seat_map=seat_map.model_dump(),
+    )
+    if not seat.accepted:
+        return {"booked": False, "reason": f"seat selection {seat.action}ed"}
+    label = f"{seat.content.row}{seat.content.seat}"
+    if seat.content.row > seat_map.rows or seat_map.is_taken(seat.content.row, seat.content.seat):
+        return {"booked": False, "reason": f"seat {label} is not available"}
+    await ctx.notify(f"Seat {label} held", progress=3, total=4)
+
+    tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)
+    ticket = await ctx.step("issue_ticket", issue_ticket, flight.id, label)
+    await ctx.notify("Ticket issued", progress=4, total=4)
+    await ctx.log("info", "Booked", ticket=ticket)
+    return {
+        "booked": True,
+        "ticket": ticket,
+        "flight": flight.number,
+        "airline": flight.airline,
+        "route": f"{origin}-{destination}",
+        "departs": flight.departs,
+        "seat": label,
+        "price_usd": flight.price_usd,
+        "tip": tip.text,
+    }
+
+
+book_flight = (
+    create_mcp_tool("book_flight")
+    .description("Book a flight for the user: search, let them pick a flight and a seat, issue a ticket.")
+    .parameters(BookFlightParams)
+    .elicits(pick_flight=PickFlight, pick_seat=PickSeat)
+    .execute(run_book_flight)
+)
