@@ -41,9 +41,7 @@ def book_room(hotel: str, nights: int) -> dict[str, Any]:
 async def plan_trip(params: TripParams, ctx: ToolContext) -> dict[str, Any]:
     await ctx.log("info", "Planning a trip", city=params.city)
     await ctx.notify("Looking for hotels", progress=1, total=3)
-    hotel = await ctx.elicit(
-        "pick_hotel", message=f"Which hotel in {params.city}?", hotels=HOTELS
-    )
+    hotel = await ctx.elicit("pick_hotel", message=f"Which hotel in {params.city}?", hotels=HOTELS)
     if not hotel.accepted:
         return {"booked": False, "reason": hotel.action}
     tip = await ctx.sample(f"One short travel tip for {params.city}.")
@@ -96,3 +94,36 @@ async def until_pause(session: PluginSession, timeout: float = 10.0) -> list[tup
         seen.append(describe(event))
         if event.type == "elicit" or event.type in TERMINAL_EVENTS:
             return seen
+
+
+class Hostile(BaseModel):
+    """<img src=x onerror=alert(1)>"""
+
+    answer: str = Field(description="<script>alert('field')</script>")
+
+
+async def _hostile(params: Any, ctx: ToolContext) -> None:
+    return None
+
+
+hostile_tool = (
+    create_mcp_tool("hostile")
+    .description("<script>alert(1)</script>")
+    .elicits(ask=Hostile)
+    .execute(_hostile)
+)
+
+
+async def _answer(req: Any, ctx: Any) -> Any:
+    from chatbridge import Cancel
+
+    return Cancel()
+
+
+def _hostile_plugin() -> Any:
+    from chatbridge import make_plugin
+
+    return make_plugin(hostile_tool).on_elicit(ask=_answer).build()
+
+
+hostile_plugin = _hostile_plugin()

@@ -22,8 +22,6 @@ from chatbridge import (
 )
 from tests.support import HOTELS, PickHotel, bookings_made, trip_tool, until_pause
 
-pytestmark = pytest.mark.asyncio
-
 HOTEL_Q = "Which hotel in Lisbon?"
 CONFIRM_Q = "Book Harbour Inn for 2 nights?"
 
@@ -55,12 +53,16 @@ async def test_accept_path_runs_end_to_end_with_exact_events(manager: SessionMan
     await session.respond_to_elicit(hotel_id(), Accept({"hotel": "Harbour Inn"}))
     assert await until_pause(session) == [("elicit", "plan_trip:confirm:call-1:2", CONFIRM_Q)]
 
-    await session.respond_to_elicit(ElicitId("plan_trip", "confirm", "call-1", 2), Accept({"ok": True}))
+    await session.respond_to_elicit(
+        ElicitId("plan_trip", "confirm", "call-1", 2), Accept({"ok": True})
+    )
     assert await until_pause(session) == [
         ("progress", "Booking", 2, 3),
         ("elicit", "plan_trip:rate:call-1:3", "How was the booking experience?"),
     ]
-    await session.respond_to_elicit("plan_trip:rate:call-1:3", {"action": "accept", "content": {"stars": 5}})
+    await session.respond_to_elicit(
+        "plan_trip:rate:call-1:3", {"action": "accept", "content": {"stars": 5}}
+    )
     events = await until_pause(session)
     result = events[-1][1]
     assert events == [("progress", "Done", 3, 3), ("completed", result)]
@@ -114,7 +116,9 @@ async def test_tool_receives_a_validated_model_instance(manager: SessionManager)
     assert seen == [Accept(PickHotel(hotel="Harbour Inn"))]
 
 
-async def test_invalid_answer_raises_and_the_question_stays_pending(manager: SessionManager) -> None:
+async def test_invalid_answer_raises_and_the_question_stays_pending(
+    manager: SessionManager,
+) -> None:
     session = await start(manager)
     await until_pause(session)
     with pytest.raises(ElicitValidationError) as info:
@@ -183,7 +187,9 @@ async def test_abort_while_awaiting_an_answer(manager: SessionManager) -> None:
         await manager.abort("c-abort", "again")
 
 
-async def test_abort_while_running_raises_session_aborted_at_the_await(manager: SessionManager) -> None:
+async def test_abort_while_running_raises_session_aborted_at_the_await(
+    manager: SessionManager,
+) -> None:
     seen: list[str] = []
     started = asyncio.Event()
 
@@ -339,7 +345,9 @@ async def test_the_reaper_runs_by_itself() -> None:
     mgr = SessionManager(idle_timeout=0.2)
     session = await mgr.create(trip_tool, {"city": "Oslo", "nights": 1}, call_id="idle")
     await until_pause(session)
-    assert await until_pause(session, timeout=5) == [("aborted", "no answer for 0.2s (idle timeout)")]
+    assert await until_pause(session, timeout=5) == [
+        ("aborted", "no answer for 0.2s (idle timeout)")
+    ]
     await mgr.shutdown()
 
 

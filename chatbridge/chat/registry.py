@@ -21,7 +21,9 @@ def get_registry() -> PluginRegistry:
         try:
             plugin = import_string(dotted)
         except ImportError as exc:
-            raise ImproperlyConfigured(f"CHATBRIDGE_PLUGINS: cannot import {dotted!r}: {exc}") from exc
+            raise ImproperlyConfigured(
+                f"CHATBRIDGE_PLUGINS: cannot import {dotted!r}: {exc}"
+            ) from exc
         if not isinstance(plugin, Plugin):
             raise ImproperlyConfigured(
                 f"CHATBRIDGE_PLUGINS: {dotted!r} is a {type(plugin).__name__}, not a Plugin; "

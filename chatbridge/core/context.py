@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -35,7 +35,7 @@ from chatbridge.core.tools import McpTool
 __all__ = ["LOG_LEVELS", "CallRuntime", "CapabilityHost", "LogLevel", "ToolContext"]
 
 T = TypeVar("T")
-PS = ParamSpec("PS")
+
 
 LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 LOG_LEVELS: tuple[str, ...] = LogLevel.__args__  # type: ignore[attr-defined]
@@ -177,7 +177,7 @@ class ToolContext:
         else:
             raw = await rt.shield_abort(asyncio.to_thread(fn, *args))
             if inspect.isawaitable(raw):
-                raw = await rt.shield_abort(cast(Awaitable[Any], raw))
+                raw = await rt.shield_abort(raw)
         value = to_json_value(raw, f"The result of step {name!r}")
         rt.journal.record(seq, "step", name, {"value": value})
         return value
@@ -197,7 +197,9 @@ class ToolContext:
         """Report progress (MCP ``notifications/progress``)."""
         self._rt.check_aborted()
         for name, value in (("progress", progress), ("total", total)):
-            if value is not None and (isinstance(value, bool) or not value >= 0):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
         if not self._rt.journal.replaying:
             self._rt.host.emit_progress(message, progress, total)

@@ -164,9 +164,7 @@ class PluginBuilder:
         """Register handlers by key (may be called several times)."""
         for key, handler in handlers.items():
             if key in self._handlers:
-                raise PluginDefinitionError(
-                    self._tool.name, detail=f"two handlers for key {key!r}"
-                )
+                raise PluginDefinitionError(self._tool.name, detail=f"two handlers for key {key!r}")
             if not inspect.iscoroutinefunction(handler):
                 raise PluginDefinitionError(
                     self._tool.name,

@@ -45,7 +45,7 @@ from chatbridge.core.exceptions import (
     SessionNotFound,
 )
 from chatbridge.core.journal import Journal, JournalEntry, to_json_value
-from chatbridge.core.sampling import LiteLLMSampler, SampleRequest, SampleResult, Sampler
+from chatbridge.core.sampling import LiteLLMSampler, Sampler, SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
 
 __all__ = ["PluginSession", "SessionInfo", "SessionManager", "SessionStatus"]
@@ -243,7 +243,9 @@ class PluginSession:
             self._finish(AbortedEvent(self.id, exc.reason), "aborted")
         except asyncio.CancelledError:
             aborted = self._runtime.aborted
-            self._finish(AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted")
+            self._finish(
+                AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted"
+            )
             if aborted is None:
                 raise
         except Exception as exc:  # any tool bug ends the session as failed, never the process

@@ -133,8 +133,7 @@ class McpToolBuilder(Generic[P]):
             )
         if not inspect.iscoroutinefunction(fn):
             raise ToolDefinitionError(
-                f"Tool {self._name!r}: .execute() needs an async function (async def), "
-                f"got {fn!r}."
+                f"Tool {self._name!r}: .execute() needs an async function (async def), got {fn!r}."
             )
         return McpTool(
             name=self._name,

@@ -32,7 +32,9 @@ def litellm_module() -> ModuleType:
 
             litellm.suppress_debug_info = True
             litellm.telemetry = False
-            providers = [p for p in litellm.custom_provider_map if p.get("provider") != OFFLINE_PROVIDER]
+            providers = [
+                p for p in litellm.custom_provider_map if p.get("provider") != OFFLINE_PROVIDER
+            ]
             providers.append({"provider": OFFLINE_PROVIDER, "custom_handler": OfflineLLM()})
             litellm.custom_provider_map = providers
             _module = litellm

@@ -7,8 +7,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from litellm import CustomLLM, ModelResponse
-from litellm.types.utils import GenericStreamingChunk
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
 from chatbridge.llm.planner import Reply, plan_reply
 
@@ -37,7 +37,8 @@ def _usage(messages: list[Any], reply: Reply) -> dict[str, int]:
 def _text_pieces(text: str) -> list[str]:
     words = text.split(" ")
     return [
-        " ".join(words[i : i + _WORDS_PER_CHUNK]) + (" " if i + _WORDS_PER_CHUNK < len(words) else "")
+        " ".join(words[i : i + _WORDS_PER_CHUNK])
+        + (" " if i + _WORDS_PER_CHUNK < len(words) else "")
         for i in range(0, len(words), _WORDS_PER_CHUNK)
     ]
 

@@ -143,13 +143,15 @@ def _describe_tools(tools: Sequence[Mapping[str, Any]]) -> str:
 
 def _help(tools: Sequence[Mapping[str, Any]]) -> Reply:
     if not tools:
-        return Reply("I'm the offline assistant. No tools are available right now, so I can only chat.")
+        return Reply(
+            "I'm the offline assistant. No tools are available right now, so I can only chat."
+        )
     names = [_tool_name(t) for t in tools]
     sample = names[0].replace("_", " ")
     return Reply(
         "I'm the offline assistant. I can use these tools:\n"
         f"{_describe_tools(tools)}\n"
-        f"Ask in your own words, for example: \"{sample} from JFK to LAX\"."
+        f'Ask in your own words, for example: "{sample} from JFK to LAX".'
     )
 
 
@@ -184,7 +186,9 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
                 arguments = json.loads(fn.get("arguments") or "{}")
             except ValueError:
                 arguments = {}
-            calls[str(call.get("id"))] = ToolCall(str(call.get("id")), str(fn.get("name")), arguments)
+            calls[str(call.get("id"))] = ToolCall(
+                str(call.get("id")), str(fn.get("name")), arguments
+            )
     return calls
 
 
@@ -206,7 +210,9 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
         retry = ToolCall(f"call_{_digest(messages)[:24]}", call.name, call.arguments)
         return Reply(f"The {name.replace('_', ' ')} session was lost; trying again.", [retry])
     detail = content.split("\n", 1)[0][:300]
-    return Reply(f"Sorry, {name.replace('_', ' ')} did not work: {detail} You can try again or rephrase.")
+    return Reply(
+        f"Sorry, {name.replace('_', ' ')} did not work: {detail} You can try again or rephrase."
+    )
 
 
 def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
@@ -224,7 +230,7 @@ def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
             return Reply(
                 f"I can {name.replace('_', ' ')} for you, but I need the "
                 f"{' and '.join(m.replace('_', ' ') for m in missing)}. "
-                f"For example: \"{name.replace('_', ' ')} from JFK to LAX\"."
+                f'For example: "{name.replace("_", " ")} from JFK to LAX".'
             )
         return Reply("", [ToolCall(f"call_{_digest(messages, name)[:24]}", name, args)])
     return _help(tools)
@@ -241,7 +247,9 @@ def _sample(messages: Sequence[Message], max_tokens: int | None) -> str:
         body = re.split(r"(?<=[.!?])\s", prompt.split(":", 1)[-1].strip(), maxsplit=1)[0]
         text = f"In short: {body}"
     else:
-        text = f"A short answer about {subject}: keep it simple and check the details before you go."
+        text = (
+            f"A short answer about {subject}: keep it simple and check the details before you go."
+        )
     if max_tokens is not None:
         text = " ".join(text.split()[:max_tokens])
     return text

@@ -37,9 +37,13 @@ async def pick_seat(req: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]
         return None
 
     submission = await ctx.render(
-        "book_flight/seat_picker.html", {"seat_map": seat_map, "rows": seat_map.grid()}, validate=available
+        "book_flight/seat_picker.html",
+        {"seat_map": seat_map, "rows": seat_map.grid()},
+        validate=available,
     )
     return submission.result
 
 
-book_flight_plugin = make_plugin(book_flight).on_elicit(pick_flight=pick_flight, pick_seat=pick_seat).build()
+book_flight_plugin = (
+    make_plugin(book_flight).on_elicit(pick_flight=pick_flight, pick_seat=pick_seat).build()
+)

@@ -36,6 +36,9 @@ class PickSeat(BaseModel):
         return data
 
 
+_PAST = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
+
+
 async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[str, Any]:
     origin, destination = params.origin.upper(), params.destination.upper()
     await ctx.log("info", "Searching flights", origin=origin, destination=destination)
@@ -51,7 +54,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
         flights=[f.model_dump() for f in flights],
     )
     if not choice.accepted:
-        return {"booked": False, "reason": f"flight selection {choice.action}ed"}
+        return {"booked": False, "reason": f"flight selection {_PAST[choice.action]}"}
     flight = find_flight(flights, choice.content.flight_id)
     if flight is None:
         return {"booked": False, "reason": f"no flight {choice.content.flight_id!r} on this route"}
@@ -64,7 +67,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
         seat_map=seat_map.model_dump(),
     )
     if not seat.accepted:
-        return {"booked": False, "reason": f"seat selection {seat.action}ed"}
+        return {"booked": False, "reason": f"seat selection {_PAST[seat.action]}"}
     label = f"{seat.content.row}{seat.content.seat}"
     if seat.content.row > seat_map.rows or seat_map.is_taken(seat.content.row, seat.content.seat):
         return {"booked": False, "reason": f"seat {label} is not available"}
@@ -89,7 +92,9 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
 
 book_flight = (
     create_mcp_tool("book_flight")
-    .description("Book a flight for the user: search, let them pick a flight and a seat, issue a ticket.")
+    .description(
+        "Book a flight for the user: search, let them pick a flight and a seat, issue a ticket."
+    )
     .parameters(BookFlightParams)
     .elicits(pick_flight=PickFlight, pick_seat=PickSeat)
     .execute(run_book_flight)

@@ -1,0 +1,193 @@
+"""The offline model, called the way the app calls any model: through litellm."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from chatbridge.core.sampling import DEFAULT_MODEL, LiteLLMSampler, SampleRequest, configured_model
+from chatbridge.llm import litellm_module
+from plugins.book_flight.tool import book_flight
+
+TOOLS = [book_flight.function_spec()]
+LOST = "Error: Plugin session was lost. Please retry the operation."
+
+
+async def stream(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = TOOLS
+) -> tuple[list[str], Any]:
+    """Stream a reply; return the text deltas and the reassembled message."""
+    litellm = litellm_module()
+    extra = {"tools": tools} if tools else {}
+    response = await litellm.acompletion(
+        model="offline/test", messages=messages, stream=True, **extra
+    )
+    chunks = [chunk async for chunk in response]
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    return deltas, litellm.stream_chunk_builder(chunks).choices[0].message
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def tool_turn(call_id: str, args: dict[str, Any], content: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "book_flight", "arguments": json.dumps(args)},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": content},
+    ]
+
+
+async def test_a_booking_request_becomes_a_streamed_tool_call() -> None:
+    deltas, message = await stream([user("Book a flight from JFK to LAX")])
+    assert deltas == []
+    [call] = message.tool_calls
+    assert call.function.name == "book_flight"
+    assert json.loads(call.function.arguments) == {"origin": "JFK", "destination": "LAX"}
+    assert call.id.startswith("call_")
+    _, again = await stream([user("Book a flight from JFK to LAX")])
+    assert again.tool_calls[0].id == call.id  # deterministic
+
+
+async def test_lowercase_codes_and_city_names_are_understood() -> None:
+    _, message = await stream([user("please book flights from jfk to San Francisco tomorrow")])
+    assert json.loads(message.tool_calls[0].function.arguments) == {
+        "origin": "JFK",
+        "destination": "San Francisco",
+    }
+
+
+async def test_missing_arguments_get_a_question_not_a_call() -> None:
+    deltas, message = await stream([user("book a flight to Paris")])
+    assert not message.tool_calls
+    assert "".join(deltas) == (
+        "I can book flight for you, but I need the origin and destination. "
+        'For example: "book flight from JFK to LAX".'
+    )
+
+
+async def test_other_messages_get_a_helpful_streamed_reply_listing_tools() -> None:
+    deltas, message = await stream([user("hello!")])
+    assert len(deltas) > 3  # it streams, several deltas
+    text = "".join(deltas)
+    assert text == message.content
+    assert text.startswith(
+        "I'm the offline assistant. I can use these tools:\n- book_flight: Book a flight"
+    )
+
+
+async def test_a_tool_result_is_summarised() -> None:
+    result = {
+        "booked": True,
+        "ticket": "CB-SH142-12C-ABC123",
+        "seat": "12C",
+        "tip": "Arrive early.",
+    }
+    convo = [
+        user("Book a flight from JFK to LAX"),
+        *tool_turn("call_1", {"origin": "JFK", "destination": "LAX"}, json.dumps(result)),
+    ]
+    deltas, _ = await stream(convo)
+    assert "".join(deltas) == (
+        "Done: book flight finished — ticket CB-SH142-12C-ABC123, seat 12C. Tip: Arrive early."
+    )
+    declined = [
+        user("x"),
+        *tool_turn(
+            "call_1", {}, json.dumps({"booked": False, "reason": "flight selection declined"})
+        ),
+    ]
+    deltas, _ = await stream(declined)
+    assert "".join(deltas) == (
+        "book flight did not go through (flight selection declined). "
+        "Tell me if you want to try again."
+    )
+
+
+async def test_a_lost_session_is_retried_once_then_apologised_for() -> None:
+    args = {"origin": "JFK", "destination": "LAX"}
+    convo = [user("Book a flight from JFK to LAX"), *tool_turn("call_1", args, LOST)]
+    deltas, message = await stream(convo)
+    assert "".join(deltas) == "The book flight session was lost; trying again."
+    [retry] = message.tool_calls
+    assert json.loads(retry.function.arguments) == args and retry.id != "call_1"
+
+    convo += tool_turn(retry.id, args, LOST)
+    deltas, message = await stream(convo)
+    assert not message.tool_calls
+    assert (
+        "".join(deltas) == f"Sorry, book flight did not work: {LOST} You can try again or rephrase."
+    )
+
+
+async def test_other_tool_errors_get_an_apology() -> None:
+    convo = [
+        user("Book a flight from JFK to LAX"),
+        *tool_turn(
+            "call_1", {}, "Error: Invalid arguments for tool 'book_flight': origin: Field required."
+        ),
+    ]
+    deltas, message = await stream(convo)
+    assert not message.tool_calls
+    assert "".join(deltas).startswith("Sorry, book flight did not work: Error: Invalid arguments")
+
+
+async def test_sampling_is_short_deterministic_and_respects_max_tokens() -> None:
+    sampler = LiteLLMSampler("offline/test")
+    request = SampleRequest.build("One short travel tip for LAX airport.")
+    first, second = await sampler(request), await sampler(request)
+    assert first == second
+    assert "LAX airport" in first.text and len(first.text) < 200
+    assert first.model == "offline/test"
+    assert (
+        first.usage["total_tokens"]
+        == first.usage["prompt_tokens"] + first.usage["completion_tokens"]
+        > 0
+    )
+    short = await sampler(
+        SampleRequest.build("One short travel tip for LAX airport.", max_tokens=4)
+    )
+    assert short.text == " ".join(first.text.split()[:4])
+    system = await sampler(
+        SampleRequest.build("Summarize: The flight is late. Gate changed.", system="Be brief.")
+    )
+    assert system.text == "In short: The flight is late."
+
+
+def test_sample_requests_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_tokens must be positive, got 0"):
+        SampleRequest.build("x", max_tokens=0)
+    with pytest.raises(ValueError, match="need 'role' and 'content'"):
+        SampleRequest.build([{"text": "x"}])
+    request = SampleRequest.build([user("hi")], system="sys")
+    assert request.messages == [{"role": "system", "content": "sys"}, user("hi")]
+
+
+def test_the_model_comes_from_chatbridge_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CHATBRIDGE_MODEL", raising=False)
+    assert configured_model() == DEFAULT_MODEL == "offline/chatbridge-1"
+    monkeypatch.setenv("CHATBRIDGE_MODEL", "openai/gpt-4o-mini")
+    assert configured_model() == "openai/gpt-4o-mini"
+    assert LiteLLMSampler().model == "openai/gpt-4o-mini"
+
+
+async def test_a_failing_provider_becomes_a_sampling_error() -> None:
+    from chatbridge import SamplingError
+
+    sampler = LiteLLMSampler("nonexistent-provider-xyz/model")
+    with pytest.raises(
+        SamplingError, match="Sampling with model 'nonexistent-provider-xyz/model' failed"
+    ):
+        await sampler(SampleRequest.build("hi"))

@@ -1,0 +1,128 @@
+"""The home page lists the registered tools, served by Django and by a real daphne."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import Settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+
+from chatbridge.chat.registry import get_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_home_lists_tools_parameters_and_questions(client: Client) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<code>book_flight</code>" in html
+    assert "Book a flight for the user" in html
+    for text in (
+        "origin",
+        "destination",
+        "Departure airport, e.g. JFK",
+        "pick_flight",
+        "answered as PickFlight",
+        "pick_seat",
+        "answered as PickSeat",
+        "choice: A, B, C, D, E, F",
+        "Seat row",
+    ):
+        assert text in html, text
+
+
+def test_home_refuses_posts(client: Client) -> None:
+    assert client.post("/").status_code == 405
+
+
+def test_tool_text_is_escaped(client: Client, settings: Settings) -> None:
+    settings.CHATBRIDGE_PLUGINS = ["tests.support.hostile_plugin"]
+    get_registry.cache_clear()
+    try:
+        html = client.get("/").content.decode()
+    finally:
+        get_registry.cache_clear()
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;script&gt;alert(&#x27;field&#x27;)&lt;/script&gt;" in html
+
+
+def test_a_misconfigured_plugin_path_is_a_clear_error(settings: Settings) -> None:
+    get_registry.cache_clear()
+    try:
+        settings.CHATBRIDGE_PLUGINS = ["tests.support.trip_tool"]
+        with pytest.raises(
+            ImproperlyConfigured, match="'tests.support.trip_tool' is a McpTool, not a Plugin"
+        ):
+            get_registry()
+        settings.CHATBRIDGE_PLUGINS = ["tests.nowhere.plugin"]
+        with pytest.raises(ImproperlyConfigured, match="cannot import 'tests.nowhere.plugin'"):
+            get_registry()
+    finally:
+        get_registry.cache_clear()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def daphne_url() -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chatbridge.settings"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "chatbridge.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    output = proc.stdout.read().decode() if proc.stdout else ""
+                    pytest.fail(f"daphne did not start:\n{output}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_daphne_serves_the_home_page_and_its_stylesheet(daphne_url: str) -> None:
+    with urllib.request.urlopen(daphne_url + "/", timeout=10) as response:
+        assert response.status == 200
+        html = response.read().decode()
+    assert "<code>book_flight</code>" in html and "pick_seat" in html
+    with urllib.request.urlopen(daphne_url + "/static/chatbridge/chat.css", timeout=10) as response:
+        assert response.status == 200
+        assert b"prefers-color-scheme: dark" in response.read()
