@@ -1,91 +1,10 @@
 """ChatBridge: write an interactive AI tool once, serve it in a web chat and over MCP.
 
-The public API (DESIGN.md §1). Importing it pulls in no web framework.
+The public API (DESIGN.md §1), re-exported from ``chatbridge.core``. Importing it pulls in no
+web framework.
 """
 
 from __future__ import annotations
 
-from chatbridge.core.context import ToolContext
-from chatbridge.core.elicit import (
-    Accept,
-    Cancel,
-    Decline,
-    ElicitAction,
-    ElicitId,
-    ElicitRequest,
-    ElicitResult,
-    ElicitSchema,
-)
-from chatbridge.core.events import SessionEvent
-from chatbridge.core.exceptions import (
-    ChatBridgeError,
-    DuplicateSession,
-    ElicitAlreadyPending,
-    ElicitInBranch,
-    ElicitNotPending,
-    ElicitValidationError,
-    InvalidToolParams,
-    NotSerializable,
-    PluginDefinitionError,
-    ReplayDivergence,
-    SamplingError,
-    SessionAborted,
-    SessionNotFound,
-    ToolDefinitionError,
-    UnknownElicitKey,
-)
-from chatbridge.core.journal import JournalEntry
-from chatbridge.core.plugins import (
-    FormPost,
-    Plugin,
-    PluginContext,
-    PluginRegistry,
-    RenderSurface,
-    Submission,
-    make_plugin,
-)
-from chatbridge.core.sampling import SampleResult
-from chatbridge.core.sessions import PluginSession, SessionInfo, SessionManager
-from chatbridge.core.tools import McpTool, create_mcp_tool
-
-__all__ = [
-    "Accept",
-    "Cancel",
-    "ChatBridgeError",
-    "Decline",
-    "DuplicateSession",
-    "ElicitAction",
-    "ElicitAlreadyPending",
-    "ElicitId",
-    "ElicitInBranch",
-    "ElicitNotPending",
-    "ElicitRequest",
-    "ElicitResult",
-    "ElicitSchema",
-    "ElicitValidationError",
-    "FormPost",
-    "InvalidToolParams",
-    "JournalEntry",
-    "McpTool",
-    "NotSerializable",
-    "Plugin",
-    "PluginContext",
-    "PluginDefinitionError",
-    "PluginRegistry",
-    "PluginSession",
-    "RenderSurface",
-    "ReplayDivergence",
-    "SampleResult",
-    "SamplingError",
-    "SessionAborted",
-    "SessionEvent",
-    "SessionInfo",
-    "SessionManager",
-    "SessionNotFound",
-    "Submission",
-    "ToolContext",
-    "ToolDefinitionError",
-    "UnknownElicitKey",
-    "create_mcp_tool",
-    "make_plugin",
-]
+from chatbridge.core import *  # noqa: F403
+from chatbridge.core import __all__ as __all__

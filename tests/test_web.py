@@ -126,3 +126,14 @@ def test_daphne_serves_the_home_page_and_its_stylesheet(daphne_url: str) -> None
     with urllib.request.urlopen(daphne_url + "/static/chatbridge/chat.css", timeout=10) as response:
         assert response.status == 200
         assert b"prefers-color-scheme: dark" in response.read()
+
+
+def test_the_process_has_one_session_manager_configured_from_settings() -> None:
+    from django.conf import settings
+
+    from chatbridge.chat.runtime import get_session_manager
+
+    manager = get_session_manager()
+    assert get_session_manager() is manager
+    assert manager.idle_timeout == settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
+    assert manager.sampler.model == settings.CHATBRIDGE_MODEL  # type: ignore[attr-defined]
