@@ -382,7 +382,12 @@ class SessionManager:
             del self._sessions[session.id]
 
     def _ensure_reaper(self) -> None:
-        if self.idle_timeout is None or (self._reaper is not None and not self._reaper.done()):
+        reaper = self._reaper
+        if self.idle_timeout is None or (
+            reaper is not None
+            and not reaper.done()
+            and reaper.get_loop() is asyncio.get_running_loop()
+        ):
             return
         self._reaper = asyncio.create_task(self._reap_loop(), name="chatbridge-idle-reaper")
 
