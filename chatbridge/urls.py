@@ -9,5 +9,8 @@ from chatbridge.chat import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("c/new/", views.new_conversation, name="new_conversation"),
+    path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
+    path("tools/", views.tools, name="tools"),
     path("admin/", admin.site.urls),
 ]

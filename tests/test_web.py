@@ -21,8 +21,8 @@ from chatbridge.chat.registry import get_registry
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_home_lists_tools_parameters_and_questions(client: Client) -> None:
-    response = client.get("/")
+def test_tools_page_lists_tools_parameters_and_questions(client: Client) -> None:
+    response = client.get("/tools/")
     assert response.status_code == 200
     html = response.content.decode()
     assert "<code>book_flight</code>" in html
@@ -41,15 +41,15 @@ def test_home_lists_tools_parameters_and_questions(client: Client) -> None:
         assert text in html, text
 
 
-def test_home_refuses_posts(client: Client) -> None:
-    assert client.post("/").status_code == 405
+def test_tools_page_refuses_posts(client: Client) -> None:
+    assert client.post("/tools/").status_code == 405
 
 
 def test_tool_text_is_escaped(client: Client, settings: Settings) -> None:
     settings.CHATBRIDGE_PLUGINS = ["tests.support.hostile_plugin"]
     get_registry.cache_clear()
     try:
-        html = client.get("/").content.decode()
+        html = client.get("/tools/").content.decode()
     finally:
         get_registry.cache_clear()
     assert "<script>" not in html
@@ -118,8 +118,8 @@ def daphne_url() -> Iterator[str]:
             proc.stdout.close()
 
 
-def test_daphne_serves_the_home_page_and_its_stylesheet(daphne_url: str) -> None:
-    with urllib.request.urlopen(daphne_url + "/", timeout=10) as response:
+def test_daphne_serves_the_tools_page_and_its_stylesheet(daphne_url: str) -> None:
+    with urllib.request.urlopen(daphne_url + "/tools/", timeout=10) as response:
         assert response.status == 200
         html = response.read().decode()
     assert "<code>book_flight</code>" in html and "pick_seat" in html

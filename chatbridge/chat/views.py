@@ -1,15 +1,21 @@
-"""Pages."""
+"""Pages: the chat (with its conversation list) and the tools overview."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_safe
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
 
+from chatbridge.chat.models import Conversation
 from chatbridge.chat.registry import get_registry
+from chatbridge.chat.rendering import transcript
+from chatbridge.chat.store import owner_key
 from chatbridge.core.schema import FieldInfo, describe_fields
+
+SIDEBAR_SIZE = 50
 
 
 @dataclass(frozen=True)
@@ -27,8 +33,53 @@ class ToolCard:
     surfaces: list[Surface]
 
 
+def request_owner(request: HttpRequest) -> str:
+    """The owner key of this browser (a session is started if there is none)."""
+    if not request.user.is_authenticated and not request.session.session_key:
+        request.session.save()
+    owner = owner_key(request.user, request.session.session_key)
+    assert owner is not None
+    return owner
+
+
 @require_safe
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: HttpRequest) -> HttpResponseRedirect:
+    """The latest conversation of this browser, or a new one."""
+    owner = request_owner(request)
+    conversation = Conversation.objects.filter(owner=owner).first()
+    if conversation is None:
+        conversation = Conversation.objects.create(owner=owner)
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@require_POST
+def new_conversation(request: HttpRequest) -> HttpResponseRedirect:
+    conversation = Conversation.objects.create(owner=request_owner(request))
+    return redirect("conversation", conversation_id=conversation.id)
+
+
+@require_safe
+def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+    """The chat page: sidebar, transcript from the database, composer; live over the socket."""
+    owner = request_owner(request)
+    current = Conversation.objects.filter(pk=conversation_id, owner=owner).first()
+    if current is None:
+        raise Http404("No such conversation.")
+    stored = list(current.messages.all())
+    return render(
+        request,
+        "chatbridge/chat.html",
+        {
+            "conversation": current,
+            "conversations": Conversation.objects.filter(owner=owner)[:SIDEBAR_SIZE],
+            "items": transcript([m.as_llm_message() for m in stored], [m.id for m in stored]),
+            "tools": [p.name for p in get_registry()],
+        },
+    )
+
+
+@require_safe
+def tools(request: HttpRequest) -> HttpResponse:
     """The registered tools, their parameters and what each may ask the user."""
     cards = [
         ToolCard(
@@ -42,4 +93,4 @@ def home(request: HttpRequest) -> HttpResponse:
         )
         for plugin in get_registry()
     ]
-    return render(request, "chatbridge/home.html", {"tools": cards})
+    return render(request, "chatbridge/tools.html", {"tools": cards})

@@ -103,6 +103,7 @@ class PluginSession:
         self._terminal: SessionEvent | None = None
         self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()
         self.created_at = self.updated_at = datetime.now(UTC)
         self._last_activity = clock()
 
@@ -156,6 +157,12 @@ class PluginSession:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"chatbridge-session:{self.id}")
+
+    async def wait_finished(self) -> SessionEvent:
+        """Wait until the session ends (without consuming events); return its terminal event."""
+        await self._ended.wait()
+        assert self._terminal is not None
+        return self._terminal
 
     async def next_event(self) -> SessionEvent:
         """The next event; once the session has ended, its terminal event again and again."""
@@ -279,6 +286,7 @@ class PluginSession:
         self._touch()
         self._events.put_nowait(event)
         self._terminal = event
+        self._ended.set()
         if self._on_finish is not None:
             self._on_finish(self)
 

@@ -1,0 +1,160 @@
+"""``ChatConsumer``: one per WebSocket, a view onto one conversation. Transport only."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from pydantic import ValidationError
+
+from chatbridge.chat.models import Conversation
+from chatbridge.chat.rendering import render_event
+from chatbridge.chat.runtime import conversation_group, get_hub
+from chatbridge.chat.store import owner_key
+from chatbridge.core.engine import CommandRefused
+from chatbridge.core.exceptions import ChatBridgeError, format_errors
+from chatbridge.core.protocol import (
+    EVENT_ADAPTER,
+    Abort,
+    Approve,
+    ChatEvent,
+    Deny,
+    ElicitResponseCommand,
+    ErrorEvent,
+    UserMessageCommand,
+    parse_command,
+)
+
+__all__ = ["MAX_MESSAGE_BYTES", "ChatConsumer"]
+
+logger = logging.getLogger("chatbridge.chat")
+
+MAX_MESSAGE_BYTES = 64 * 1024
+_FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
+
+
+def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
+    """Turn an htmx ``ws-send`` form (fields + HEADERS) into a protocol command."""
+    kind = data.get("command")
+    if kind == "elicit_response":
+        return {
+            "type": kind,
+            **{k: data[k] for k in ("session_id", "call_id", "elicit_id") if k in data},
+            "action": data.get("action") or "accept",
+            "content": {k: v for k, v in data.items() if k not in _FORM_FIELDS},
+        }
+    return {"type": kind, **{k: v for k, v in data.items() if k not in ("command", "HEADERS")}}
+
+
+@sync_to_async
+def _owns(conversation_id: str, owner: str) -> bool:
+    return Conversation.objects.filter(pk=conversation_id, owner=owner).exists()
+
+
+class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+    """Forwards commands to the hub and renders the conversation's events for this socket."""
+
+    conversation_id: str
+    json_mode: bool
+
+    async def connect(self) -> None:
+        self.conversation_id = str(self.scope["url_route"]["kwargs"]["conversation_id"])
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.json_mode = query.get("format") == ["json"]
+        self.seen: set[str] = set()
+        session = self.scope.get("session")
+        owner = owner_key(self.scope.get("user"), session.session_key if session else None)
+        if owner is None or not await _owns(self.conversation_id, owner):
+            logger.warning(
+                "refused socket for conversation %s (owner %s)", self.conversation_id, owner
+            )
+            await self.close(code=4403)
+            return
+        await self.channel_layer.group_add(
+            conversation_group(self.conversation_id), self.channel_name
+        )
+        await self.accept()
+        hub = get_hub()
+        await self.send_event(hub.state(self.conversation_id))
+        for form in hub.pending_forms(self.conversation_id):
+            await self.send_event(form)
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "conversation_id"):
+            await self.channel_layer.group_discard(
+                conversation_group(self.conversation_id), self.channel_name
+            )
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
+        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:
+            await self.refuse(
+                "TOO_LARGE", f"Messages are limited to {MAX_MESSAGE_BYTES // 1024} KiB."
+            )
+            return
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            await self.refuse("BAD_JSON", "That message was not valid JSON.")
+            return
+        if not isinstance(data, dict):
+            await self.refuse("BAD_COMMAND", "A command must be a JSON object.")
+            return
+        if "type" not in data and "command" in data:
+            data = command_from_form(data)
+        try:
+            command = parse_command(data)
+        except ValidationError as exc:
+            kind = data.get("type")
+            errors = [  # drop the union's tag from each location
+                {**e, "loc": e["loc"][1:]} if e["loc"][:1] == (kind,) else e
+                for e in exc.errors(include_url=False)
+            ]
+            detail = format_errors(errors)
+            await self.refuse("BAD_COMMAND", f"Invalid {kind!r} command: {detail}")
+            return
+        try:
+            await self.dispatch_command(command)
+        except CommandRefused as exc:
+            if exc.code == "NOT_FOUND":
+                logger.warning("conversation %s: %s", self.conversation_id, exc)
+            await self.refuse(exc.code, str(exc))
+        except ChatBridgeError as exc:
+            await self.refuse("REFUSED", str(exc))
+        except Exception:  # never let a command take the socket down
+            logger.exception(
+                "command %s failed in conversation %s", command.type, self.conversation_id
+            )
+            await self.refuse("INTERNAL_ERROR", "That did not work because of a server error.")
+
+    async def dispatch_command(self, command: Any) -> None:
+        hub = get_hub()
+        if isinstance(command, UserMessageCommand):
+            await hub.user_message(self.conversation_id, command.text.strip() or command.text)
+        elif isinstance(command, ElicitResponseCommand):
+            await hub.elicit_response(self.conversation_id, command)
+        elif isinstance(command, Abort):
+            await hub.abort(self.conversation_id, command.session_id, command.reason)
+        elif isinstance(command, Approve | Deny):
+            raise CommandRefused(
+                "NOT_FOUND", f"Nothing is waiting for approval as {command.call_id!r}."
+            )
+
+    async def refuse(self, code: str, message: str) -> None:
+        await self.send_event(ErrorEvent(code=code, message=message))
+
+    async def chat_event(self, message: dict[str, Any]) -> None:
+        """Group handler: an event of the conversation."""
+        await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
+
+    async def send_event(self, event: ChatEvent) -> None:
+        if self.json_mode:
+            await self.send(text_data=event.model_dump_json())
+            return
+        html = render_event(event, self.seen)
+        if html:
+            await self.send(text_data=html)

@@ -1,0 +1,194 @@
+"""HTML for the browser: elicitation cards, tool cards, transcript items and event fragments.
+
+Every fragment is an htmx out-of-band swap; all text from the model, tools and users goes
+through Django's autoescaping templates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.template.loader import render_to_string, select_template
+from django.utils.safestring import SafeString, mark_safe
+
+from chatbridge.core.elicit import ElicitRequest
+from chatbridge.core.protocol import (
+    AssistantDelta,
+    AssistantMessage,
+    ChatEvent,
+    ConversationState,
+    ElicitComplete,
+    ElicitForm,
+    ErrorEvent,
+    LogLine,
+    ProgressNote,
+    SessionError,
+    ToolCallEvent,
+    UserMessage,
+)
+
+__all__ = ["ToolCallView", "render_event", "render_form", "transcript"]
+
+
+@dataclass
+class ToolCallView:
+    """A tool call as the page shows it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    status: str = "running"
+    result: Any = None
+    error: str | None = None
+    progress: ProgressNote | None = None
+    logs: list[LogLine] = field(default_factory=list)
+
+    @property
+    def arguments_text(self) -> str:
+        return ", ".join(f"{k}: {v}" for k, v in self.arguments.items())
+
+
+def render_form(
+    request: ElicitRequest,
+    template_name: str,
+    context: dict[str, Any],
+    errors: dict[str, list[str]],
+    *,
+    session_id: str,
+) -> str:
+    """The elicitation card around a plugin's form template."""
+    body = render_to_string(template_name, {**context, "errors": errors, "request": request})
+    return render_to_string(
+        "chatbridge/elicit_card.html",
+        {
+            "request": request,
+            "session_id": session_id,
+            "headline": request.message.split("\n\n", 1)[0],
+            "body": mark_safe(body),  # noqa: S308 - rendered by an autoescaping template
+            "form_errors": errors.get("__all__", []),
+        },
+    )
+
+
+def render_result(call: ToolCallView) -> SafeString:
+    template = select_template([f"{call.name}/result.html", "chatbridge/tool_result.html"])
+    html: str = template.render({"call": call, "result": call.result})
+    return mark_safe(html)  # noqa: S308 - rendered by an autoescaping template
+
+
+def tool_card(call: ToolCallView) -> str:
+    return render_to_string(
+        "chatbridge/tool_card.html", {"call": call, "result_html": render_result(call)}
+    )
+
+
+def _oob(swap: str, inner: str) -> str:
+    return f'<div hx-swap-oob="{swap}">{inner}</div>'
+
+
+def _parse_tool_content(content: str) -> tuple[str, Any, str | None]:
+    if content.startswith("Error:"):
+        status = "aborted" if "was aborted" in content else "failed"
+        return status, None, content.removeprefix("Error:").strip()
+    try:
+        return "completed", json.loads(content), None
+    except ValueError:
+        return "completed", content, None
+
+
+def transcript(messages: list[dict[str, Any]], message_ids: list[str]) -> list[dict[str, Any]]:
+    """Items to render on page load: messages and tool cards, from the stored messages."""
+    results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
+    items: list[dict[str, Any]] = []
+    for message, message_id in zip(messages, message_ids, strict=True):
+        role = message.get("role")
+        if role in ("user", "assistant") and message.get("content"):
+            items.append(
+                {"kind": "message", "role": role, "id": message_id, "content": message["content"]}
+            )
+        for raw in message.get("tool_calls") or ():
+            fn = raw.get("function") or {}
+            try:
+                arguments = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            call = ToolCallView(
+                str(raw.get("id")),
+                str(fn.get("name")),
+                arguments if isinstance(arguments, dict) else {},
+            )
+            answer = results.get(call.id)
+            if answer is not None:
+                call.status, call.result, call.error = _parse_tool_content(
+                    str(answer.get("content") or "")
+                )
+            items.append({"kind": "tool", "html": mark_safe(tool_card(call))})  # noqa: S308
+    return items
+
+
+def render_event(event: ChatEvent, seen: set[str]) -> str | None:
+    """The out-of-band fragment for ``event``; ``seen`` holds ids this socket already shows."""
+    if isinstance(event, UserMessage):
+        seen.add(event.message_id)
+        item = render_to_string(
+            "chatbridge/message.html",
+            {"role": "user", "id": event.message_id, "content": event.content},
+        )
+        return _oob("beforeend:#transcript", item)
+    if isinstance(event, AssistantDelta):
+        text = render_to_string("chatbridge/text.html", {"text": event.delta})
+        if event.message_id in seen:
+            return _oob(f"beforeend:#msg-{event.message_id}-text", text)
+        seen.add(event.message_id)
+        item = render_to_string(
+            "chatbridge/message.html",
+            {
+                "role": "assistant",
+                "id": event.message_id,
+                "content": event.delta,
+                "streaming": True,
+            },
+        )
+        return _oob("beforeend:#transcript", item)
+    if isinstance(event, AssistantMessage):
+        context = {"role": "assistant", "id": event.message_id, "content": event.content}
+        if event.message_id in seen:  # replace the streamed bubble with the final text
+            return render_to_string("chatbridge/message.html", {**context, "oob": True})
+        seen.add(event.message_id)
+        return _oob("beforeend:#transcript", render_to_string("chatbridge/message.html", context))
+    if isinstance(event, ToolCallEvent):
+        call = ToolCallView(
+            event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
+        )
+        if event.status == "running" and event.call_id not in seen:
+            seen.add(event.call_id)
+            return _oob("beforeend:#transcript", tool_card(call))
+        return render_to_string(
+            "chatbridge/tool_update.html", {"call": call, "result_html": render_result(call)}
+        )
+    if isinstance(event, LogLine):
+        return _oob(
+            f"beforeend:#tool-{event.call_id}-log",
+            render_to_string("chatbridge/log_line.html", {"log": event}),
+        )
+    if isinstance(event, ProgressNote):
+        return render_to_string(
+            "chatbridge/progress.html", {"call_id": event.call_id, "note": event, "oob": True}
+        )
+    if isinstance(event, ElicitForm):
+        return event.html  # the card's root replaces the slot #elicit-<call_id>
+    if isinstance(event, ElicitComplete):
+        return render_to_string("chatbridge/elicit_done.html", {"event": event})
+    if isinstance(event, SessionError):
+        return _oob(
+            "beforeend:#transcript", render_to_string("chatbridge/notice.html", {"event": event})
+        )
+    if isinstance(event, ConversationState):
+        return render_to_string("chatbridge/status.html", {"state": event, "oob": True})
+    if isinstance(event, ErrorEvent):
+        return _oob(
+            "beforeend:#errors", render_to_string("chatbridge/error.html", {"event": event})
+        )
+    return None

@@ -1,0 +1,63 @@
+"""Conversation persistence for the engine, and who owns a conversation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import Max
+
+from chatbridge.chat.models import Conversation, Message
+from chatbridge.core.protocol import Phase
+
+__all__ = ["DjangoStore", "owner_key"]
+
+TITLE_LENGTH = 60
+
+
+def owner_key(user: Any, session_key: str | None) -> str | None:
+    """``user:<id>`` for a logged-in user, ``session:<key>`` for a browser session."""
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"user:{user.pk}"
+    return f"session:{session_key}" if session_key else None
+
+
+def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+        last = conversation.messages.aggregate(m=Max("seq"))["m"] or 0
+        Message.objects.create(
+            id=message_id,
+            conversation=conversation,
+            seq=last + 1,
+            role=message["role"],
+            content=message.get("content") or "",
+            tool_calls=message.get("tool_calls"),
+            tool_call_id=message.get("tool_call_id") or "",
+        )
+        if message["role"] == "user" and last == 0:
+            text = " ".join(str(message.get("content") or "").split())
+            conversation.title = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
+        conversation.save(update_fields=["title", "updated_at"])
+
+
+def _messages(conversation_id: str) -> list[dict[str, Any]]:
+    return [m.as_llm_message() for m in Message.objects.filter(conversation_id=conversation_id)]
+
+
+def _save_phase(conversation_id: str, phase: str) -> None:
+    Conversation.objects.filter(pk=conversation_id).update(phase=phase)
+
+
+class DjangoStore:
+    """``ConversationStore`` on the Django ORM."""
+
+    async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        return await sync_to_async(_messages)(conversation_id)
+
+    async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+        await sync_to_async(_append)(conversation_id, message_id, message)
+
+    async def save_phase(self, conversation_id: str, phase: Phase) -> None:
+        await sync_to_async(_save_phase)(conversation_id, phase)

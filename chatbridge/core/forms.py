@@ -1,0 +1,90 @@
+"""Open questions of a conversation and the render surface that shows their forms."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from chatbridge.core.elicit import ElicitRequest
+from chatbridge.core.plugins import FieldErrors, FormPost
+from chatbridge.core.protocol import ChatEvent, ElicitForm
+
+__all__ = ["FormRenderer", "FormSurface", "PendingElicit"]
+
+
+class FormRenderer(Protocol):
+    """Turns a plugin template and its context into the HTML of an elicitation card."""
+
+    def __call__(
+        self,
+        request: ElicitRequest,
+        template_name: str,
+        context: dict[str, Any],
+        errors: FieldErrors,
+        *,
+        session_id: str,
+    ) -> str: ...
+
+
+@dataclass
+class PendingElicit:
+    """A question waiting in a conversation: its ids, the form shown, the post awaited."""
+
+    call_id: str
+    session_id: str
+    elicit_id: str
+    key: str
+    form: ElicitForm | None = None
+    waiter: asyncio.Future[FormPost] | None = None
+
+    def deliver(self, post: FormPost) -> bool:
+        """Hand a post to the waiting form; False if nothing is waiting."""
+        if self.waiter is None or self.waiter.done():
+            return False
+        self.waiter.set_result(post)
+        return True
+
+
+class FormSurface:
+    """``RenderSurface`` for conversations: publishes the form, waits for its post."""
+
+    def __init__(
+        self,
+        request: ElicitRequest,
+        session_id: str,
+        pending: PendingElicit,
+        render: FormRenderer,
+        send: Callable[[ChatEvent], Awaitable[None]],
+    ) -> None:
+        self._request, self._session_id = request, session_id
+        self._pending, self._render, self._send = pending, render, send
+        self._attempt = 0
+
+    async def show(
+        self, template_name: str, context: dict[str, Any], errors: FieldErrors
+    ) -> FormPost:
+        request = self._request
+        self._attempt += 1
+        html = self._render(request, template_name, context, errors, session_id=self._session_id)
+        form = ElicitForm(
+            session_id=self._session_id,
+            call_id=request.call_id,
+            elicit_id=str(request.id),
+            tool_name=request.tool_name,
+            key=request.key,
+            message=request.message,
+            requested_schema=request.schema.json,
+            context=request.context,
+            errors=errors,
+            attempt=self._attempt,
+            html=html,
+        )
+        waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
+        self._pending.form, self._pending.waiter = form, waiter
+        await self._send(form)
+        try:
+            return await waiter
+        finally:
+            self._pending.waiter = None

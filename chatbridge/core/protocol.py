@@ -1,0 +1,253 @@
+"""The chat protocol: events (server → client) and commands (client → server), DESIGN §3.
+
+Both are pydantic models with a ``type`` discriminator; their JSON is the WebSocket protocol of
+API clients and the input of the HTML fragments browsers receive.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+__all__ = [
+    "COMMANDS",
+    "Abort",
+    "Approve",
+    "AssistantDelta",
+    "AssistantMessage",
+    "ChatEvent",
+    "Command",
+    "ConversationState",
+    "Deny",
+    "ElicitComplete",
+    "ElicitForm",
+    "ElicitResponseAck",
+    "ElicitResponseCommand",
+    "ElicitStart",
+    "ErrorEvent",
+    "LogLine",
+    "Phase",
+    "ProgressNote",
+    "SessionError",
+    "ToolCallEvent",
+    "UserMessage",
+    "UserMessageCommand",
+    "parse_command",
+]
+
+Phase = Literal[
+    "idle",
+    "process_plugin_abort",
+    "process_plugin_responses",
+    "start_iteration",
+    "streaming",
+    "executing_tools",
+    "plugin_awaiting_elicit",
+    "done",
+]
+
+MAX_USER_MESSAGE = 4000
+_ID = Field(min_length=1, max_length=200)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class UserMessage(_Event):
+    """A user's message, echoed to every socket of the conversation."""
+
+    type: Literal["user_message"] = "user_message"
+    message_id: str
+    content: str
+
+
+class AssistantDelta(_Event):
+    """A piece of the assistant's reply as it streams."""
+
+    type: Literal["assistant_delta"] = "assistant_delta"
+    message_id: str
+    delta: str
+
+
+class AssistantMessage(_Event):
+    """The assistant's whole reply, once streamed."""
+
+    type: Literal["assistant_message"] = "assistant_message"
+    message_id: str
+    content: str
+
+
+class ToolCallEvent(_Event):
+    """A tool call started or ended (``status``)."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["running", "completed", "failed", "aborted"] = "running"
+    result: Any = None
+    error: str | None = None
+
+
+class ElicitStart(_Event):
+    """A tool asked a question (before any form is shown)."""
+
+    type: Literal["elicit_start"] = "elicit_start"
+    session_id: str
+    call_id: str
+    elicit_id: str
+    key: str
+    message: str
+
+
+class ElicitForm(_Event):
+    """The form for a question, shown (again, with ``errors``) until it is answered."""
+
+    type: Literal["elicit"] = "elicit"
+    session_id: str
+    call_id: str
+    elicit_id: str
+    tool_name: str
+    key: str
+    message: str
+    requested_schema: dict[str, Any]
+    context: dict[str, Any]
+    errors: dict[str, list[str]] = Field(default_factory=dict)
+    attempt: int = 1
+    html: str = ""
+
+
+class ElicitResponseAck(_Event):
+    """An answer arrived for a question (a valid one is followed by ``elicit_complete``)."""
+
+    type: Literal["elicit_response"] = "elicit_response"
+    call_id: str
+    elicit_id: str
+    action: Literal["accept", "decline", "cancel"]
+
+
+class ElicitComplete(_Event):
+    """A question was answered validly (or declined/cancelled) and the tool goes on."""
+
+    type: Literal["elicit_complete"] = "elicit_complete"
+    call_id: str
+    elicit_id: str
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+class LogLine(_Event):
+    """A tool's log line."""
+
+    type: Literal["log"] = "log"
+    call_id: str
+    level: str
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProgressNote(_Event):
+    """A tool's progress note."""
+
+    type: Literal["progress"] = "progress"
+    call_id: str
+    message: str
+    progress: float | None = None
+    total: float | None = None
+
+
+class SessionError(_Event):
+    """A tool session could not be reached."""
+
+    type: Literal["session_error"] = "session_error"
+    session_id: str
+    call_id: str
+    error: Literal["SESSION_NOT_FOUND", "SESSION_ABORTED", "INTERNAL_ERROR"]
+    message: str
+
+
+class ConversationState(_Event):
+    """Where the conversation's engine is, and which questions are open."""
+
+    type: Literal["conversation_state"] = "conversation_state"
+    conversation_id: str
+    phase: Phase
+    running: bool
+    pending: list[str] = Field(default_factory=list)
+
+
+class ErrorEvent(_Event):
+    """A command was refused or failed; the socket stays usable."""
+
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+ChatEvent: TypeAlias = Annotated[
+    UserMessage
+    | AssistantDelta
+    | AssistantMessage
+    | ToolCallEvent
+    | ElicitStart
+    | ElicitForm
+    | ElicitResponseAck
+    | ElicitComplete
+    | LogLine
+    | ProgressNote
+    | SessionError
+    | ConversationState
+    | ErrorEvent,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UserMessageCommand(_Command):
+    type: Literal["user_message"]
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE)
+
+
+class ElicitResponseCommand(_Command):
+    type: Literal["elicit_response"]
+    session_id: str = _ID
+    call_id: str = _ID
+    elicit_id: str = _ID
+    action: Literal["accept", "decline", "cancel"] = "accept"
+    content: dict[str, Any] = Field(default_factory=dict)
+
+
+class Abort(_Command):
+    type: Literal["abort"]
+    session_id: str = _ID
+    reason: str = Field(default="aborted by the user", max_length=500)
+
+
+class Approve(_Command):
+    type: Literal["approve"]
+    call_id: str = _ID
+
+
+class Deny(_Command):
+    type: Literal["deny"]
+    call_id: str = _ID
+    reason: str = Field(default="denied by the user", max_length=500)
+
+
+Command: TypeAlias = Annotated[
+    UserMessageCommand | ElicitResponseCommand | Abort | Approve | Deny,
+    Field(discriminator="type"),
+]
+COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+COMMANDS = ("user_message", "elicit_response", "abort", "approve", "deny")
+
+
+def parse_command(data: Any) -> Command:
+    """Validate a decoded command (raises pydantic's ``ValidationError``)."""
+    return COMMAND_ADAPTER.validate_python(data)

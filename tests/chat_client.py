@@ -1,0 +1,92 @@
+"""A JSON-protocol chat client over Channels' WebsocketCommunicator, for socket tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.sessions.backends.db import SessionStore
+
+from chatbridge.asgi import application
+from chatbridge.chat.models import Conversation
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+@sync_to_async
+def new_browser_session() -> str:
+    session = SessionStore()
+    session.create()
+    assert session.session_key is not None
+    return session.session_key
+
+
+@sync_to_async
+def new_conversation(session_key: str) -> str:
+    return str(Conversation.objects.create(owner=f"session:{session_key}").id)
+
+
+class ChatClient:
+    """Speaks the JSON protocol; remembers every event it received."""
+
+    def __init__(self, conversation_id: str, session_key: str, *, origin: bool = True) -> None:
+        headers = [(b"cookie", f"sessionid={session_key}".encode())]
+        if origin:
+            headers.append(ORIGIN)
+        self.conversation_id, self.session_key = conversation_id, session_key
+        self.socket = WebsocketCommunicator(
+            application, f"/ws/chat/{conversation_id}/?format=json", headers=headers
+        )
+        self.events: list[dict[str, Any]] = []
+
+    @classmethod
+    async def start(cls) -> ChatClient:
+        key = await new_browser_session()
+        client = cls(await new_conversation(key), key)
+        await client.connect()
+        return client
+
+    async def connect(self) -> None:
+        connected, code = await self.socket.connect(timeout=10)
+        assert connected, f"socket refused with code {code}"
+
+    async def close(self) -> None:
+        await self.socket.disconnect()
+
+    async def send(self, command: dict[str, Any]) -> None:
+        await self.socket.send_to(text_data=json.dumps(command))
+
+    async def send_user(self, text: str) -> None:
+        await self.send({"type": "user_message", "text": text})
+
+    async def next(self, kind: str, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
+        """The next event of ``kind`` (whose fields equal ``match``), skipping others."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            remaining = deadline - loop.time()
+            assert remaining > 0, (
+                f"no {kind} {match} event; got {[e['type'] for e in self.events[-15:]]}"
+            )
+            event = json.loads(await self.socket.receive_from(timeout=remaining))
+            self.events.append(event)
+            if event["type"] == kind and all(event.get(k) == v for k, v in match.items()):
+                return event
+
+    async def answer(self, form: dict[str, Any], action: str = "accept", **content: Any) -> None:
+        await self.send(
+            {
+                "type": "elicit_response",
+                "session_id": form["session_id"],
+                "call_id": form["call_id"],
+                "elicit_id": form["elicit_id"],
+                "action": action,
+                "content": content,
+            }
+        )
+
+    async def turn_done(self, timeout: float = 15.0) -> dict[str, Any]:
+        return await self.next("conversation_state", timeout, phase="done")

@@ -1,0 +1,249 @@
+"""The chat over a real Channels stack, JSON protocol: bookings, answers, aborts, refusals."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from channels.layers import channel_layers
+
+from chatbridge.chat import runtime
+from plugins.book_flight.data import search_flights, seat_map_for
+from tests.chat_client import ChatClient, new_browser_session, new_conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BOOK = "Book a flight from JFK to LAX"
+
+
+@pytest.fixture(autouse=True)
+async def fresh_runtime() -> AsyncIterator[None]:
+    """Each test gets its own hub, session manager and channel layer, shut down afterwards."""
+    runtime.get_hub.cache_clear()
+    runtime.get_session_manager.cache_clear()
+    channel_layers.backends.clear()
+    yield
+    await runtime.get_hub().close()
+    await runtime.get_session_manager().shutdown()
+    runtime.get_hub.cache_clear()
+    runtime.get_session_manager.cache_clear()
+
+
+@pytest.fixture
+async def chat() -> AsyncIterator[ChatClient]:
+    client = await ChatClient.start()
+    yield client
+    await client.close()
+
+
+def free_seat(form: dict[str, Any], skip: int = 0) -> tuple[int, str]:
+    seat_map = form["context"]["seat_map"]
+    free = [
+        (row, seat)
+        for row in range(1, seat_map["rows"] + 1)
+        for seat in seat_map["seats"]
+        if f"{row}{seat}" not in seat_map["taken"]
+    ]
+    return free[skip]
+
+
+async def to_seat_picker(chat: ChatClient) -> tuple[dict[str, Any], dict[str, Any]]:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    seats = await chat.next("elicit", key="pick_seat")
+    return flights, seats
+
+
+async def test_full_booking_over_the_json_protocol(chat: ChatClient) -> None:
+    state = chat.events[0] if chat.events else await chat.next("conversation_state")
+    assert state["phase"] == "idle" and state["running"] is False
+
+    await chat.send_user(BOOK)
+    await chat.next("user_message", content=BOOK)
+    call = await chat.next("tool_call", status="running")
+    assert (call["tool_name"], call["arguments"]) == (
+        "book_flight",
+        {"origin": "JFK", "destination": "LAX"},
+    )
+    assert (await chat.next("log"))["message"] == "Searching flights"
+    assert (await chat.next("progress"))["progress"] == 1
+    flights = await chat.next("elicit", key="pick_flight")
+    assert [f["id"] for f in flights["context"]["flights"]] == [
+        f.id for f in search_flights("JFK", "LAX")
+    ]
+    assert flights["requested_schema"]["x-model-context"] == flights["context"]
+    assert 'name="flight_id"' in flights["html"]
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    await chat.next("elicit_response", action="accept")
+    done = await chat.next("elicit_complete")
+    assert done["content"] == {"flight_id": flights["context"]["flights"][0]["id"]}
+
+    seats = await chat.next("elicit", key="pick_seat")
+    row, letter = free_seat(seats)
+    await chat.answer(seats, row=row, seat=letter)
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result["booked"] is True and result["seat"] == f"{row}{letter}"
+    assert result["ticket"].startswith("CB-")
+    summary = await chat.next("assistant_message")
+    assert result["ticket"] in summary["content"]
+    await chat.turn_done()
+
+
+async def test_an_invalid_row_is_rerendered_and_never_reaches_the_tool(chat: ChatClient) -> None:
+    _, seats = await to_seat_picker(chat)
+    await chat.answer(seats, row="not a number", seat="A")
+    again = await chat.next("elicit", key="pick_seat")
+    assert again["attempt"] == 2 and again["elicit_id"] == seats["elicit_id"]
+    assert again["errors"] == {
+        "row": ["Input should be a valid integer, unable to parse string as an integer"]
+    }
+    assert "Input should be a valid integer" in again["html"]
+    row, letter = free_seat(seats)
+    await chat.answer(again, row=row, seat=letter)
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result["seat"] == f"{row}{letter}"
+    completes = [e for e in chat.events if e["type"] == "elicit_complete"]
+    assert completes[-1]["content"] == {"row": row, "seat": letter}  # only the valid answer went on
+
+
+async def test_a_taken_seat_is_refused(chat: ChatClient) -> None:
+    flights, seats = await to_seat_picker(chat)
+    taken = seat_map_for(flights["context"]["flights"][0]["id"]).taken[0]
+    await chat.answer(seats, seat_label=taken)
+    again = await chat.next("elicit", key="pick_seat")
+    assert again["errors"] == {"seat": [f"Seat {taken} is taken; choose another."]}
+    await chat.answer(again, action="cancel")
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result == {"booked": False, "reason": "seat selection cancelled"}
+
+
+async def test_declining_the_flight_list(chat: ChatClient) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.answer(flights, action="decline")
+    assert (await chat.next("elicit_complete"))["action"] == "decline"
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result == {"booked": False, "reason": "flight selection declined"}
+    reply = await chat.next("assistant_message")
+    assert "did not go through (flight selection declined)" in reply["content"]
+
+
+async def test_aborting_a_running_tool(chat: ChatClient) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.send(
+        {"type": "abort", "session_id": flights["session_id"], "reason": "changed my mind"}
+    )
+    ended = await chat.next("tool_call", status="aborted")
+    assert ended["error"] == "changed my mind"
+    reply = await chat.next("assistant_message")
+    assert reply["content"].startswith(
+        "Sorry, book flight did not work: Error: The tool call was aborted"
+    )
+    await chat.turn_done()
+
+
+async def test_reconnecting_mid_flow_shows_the_form_again_and_answering_finishes(
+    chat: ChatClient,
+) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.close()
+
+    again = ChatClient(chat.conversation_id, chat.session_key)
+    await again.connect()
+    state = await again.next("conversation_state")
+    assert state["phase"] == "plugin_awaiting_elicit" and state["pending"] == [flights["call_id"]]
+    form = await again.next("elicit", key="pick_flight")
+    assert form["elicit_id"] == flights["elicit_id"]
+    await again.answer(form, flight_id=form["context"]["flights"][1]["id"])
+    seats = await again.next("elicit", key="pick_seat")
+    row, letter = free_seat(seats)
+    await again.answer(seats, row=row, seat=letter)
+    assert (await again.next("tool_call", status="completed"))["result"]["booked"] is True
+    await again.close()
+    chat.socket = again.socket  # the fixture closes it again harmlessly
+
+
+async def test_a_lost_session_is_reported_and_the_model_retries(chat: ChatClient) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    # A restart: every turn and session of the process is gone, nothing was recorded.
+    await runtime.get_hub().close()
+    await runtime.get_session_manager().shutdown()
+    runtime.get_hub.cache_clear()
+    runtime.get_session_manager.cache_clear()
+
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    lost = await chat.next("session_error")
+    assert (lost["error"], lost["call_id"]) == ("SESSION_NOT_FOUND", flights["call_id"])
+    retry = await chat.next("elicit", key="pick_flight")
+    assert retry["call_id"] != flights["call_id"]
+    messages = [e for e in chat.events if e["type"] == "assistant_message"]
+    assert messages[-1]["content"] == "The book flight session was lost; trying again."
+
+
+async def test_another_browsers_conversation_is_refused() -> None:
+    owner = await new_browser_session()
+    conversation = await new_conversation(owner)
+    stranger = ChatClient(conversation, await new_browser_session())
+    connected, code = await stranger.socket.connect(timeout=10)
+    assert (connected, code) == (False, 4403)
+    no_origin = ChatClient(conversation, owner, origin=False)
+    connected, _ = await no_origin.socket.connect(timeout=10)
+    assert connected is False
+
+
+async def test_commands_for_other_conversations_are_refused_and_the_socket_stays(
+    chat: ChatClient,
+) -> None:
+    other = await ChatClient.start()
+    await other.send_user(BOOK)
+    theirs = await other.next("elicit", key="pick_flight")
+
+    await chat.send({"type": "abort", "session_id": theirs["session_id"]})
+    error = await chat.next("error")
+    assert error["code"] == "NOT_FOUND"
+    await chat.answer(theirs, flight_id="SH-142")
+    assert (await chat.next("error"))["code"] == "NOT_FOUND"
+    assert runtime.get_session_manager().get(theirs["session_id"]) is not None  # untouched
+
+    await chat.send_user(BOOK)  # this socket still works
+    assert (await chat.next("elicit", key="pick_flight"))["call_id"]
+    await other.close()
+
+
+async def test_oversized_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> None:
+    await chat.socket.send_to(text_data="x" * (65 * 1024))
+    assert (await chat.next("error"))["message"] == "Messages are limited to 64 KiB."
+    await chat.socket.send_to(text_data="{not json")
+    assert (await chat.next("error"))["code"] == "BAD_JSON"
+    await chat.send({"type": "dance"})
+    error = await chat.next("error")
+    assert error["code"] == "BAD_COMMAND" and "dance" in error["message"]
+    await chat.send({"type": "user_message", "text": "y" * 4001})
+    error = await chat.next("error")
+    assert error["message"] == (
+        "Invalid 'user_message' command: text: String should have at most 4000 characters"
+    )
+    await chat.send({"type": "approve", "call_id": "nothing"})
+    assert (await chat.next("error"))["message"] == "Nothing is waiting for approval as 'nothing'."
+    await chat.send([1, 2])  # type: ignore[arg-type]
+    assert (await chat.next("error"))["code"] == "BAD_COMMAND"
+    await chat.send_user("hello")
+    reply = await chat.next("assistant_message")
+    assert reply["content"].startswith("I'm the offline assistant.")
+
+
+async def test_a_second_message_while_a_tool_waits_is_refused(chat: ChatClient) -> None:
+    await chat.send_user(BOOK)
+    await chat.next("elicit", key="pick_flight")
+    await chat.send_user("hello?")
+    error = await chat.next("error")
+    assert error == {
+        "type": "error",
+        "code": "BUSY",
+        "message": "Please wait for the current reply, or abort the running tool.",
+    }
