@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test setup migrate lint typecheck pytest clean
+.PHONY: run test setup browser migrate lint typecheck pytest clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -32,7 +32,14 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-pytest: setup
+# The browser tests drive Debian's chromium; install it when missing and we are root.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: install it (apt-get install chromium) to run the browser tests" >&2; fi; }
+
+pytest: setup browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 

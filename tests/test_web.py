@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.conf import Settings
@@ -17,8 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from chatbridge.chat.registry import get_registry
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.servers import ROOT, free_port, stop, wait_for_port
 
 
 def test_tools_page_lists_tools_parameters_and_questions(client: Client) -> None:
@@ -72,12 +68,6 @@ def test_a_misconfigured_plugin_path_is_a_clear_error(settings: Settings) -> Non
         get_registry.cache_clear()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def daphne_url() -> Iterator[str]:
     port = free_port()
@@ -95,27 +85,14 @@ def daphne_url() -> Iterator[str]:
         ],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output = proc.stdout.read().decode() if proc.stdout else ""
-                    pytest.fail(f"daphne did not start:\n{output}")
-                time.sleep(0.1)
-        yield url
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
+        stop(proc)
 
 
 def test_daphne_serves_the_tools_page_and_its_stylesheet(daphne_url: str) -> None:

@@ -1,0 +1,41 @@
+"""Starting real servers for tests: free ports and waiting for them to listen."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Return once ``port`` accepts connections; fail if ``proc`` dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"server on port {port} did not start (exit code {proc.poll()})")
+            time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server, and kill it if it does not exit promptly (open WebSockets)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)

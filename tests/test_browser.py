@@ -1,0 +1,233 @@
+"""The chat in a real browser: Debian's chromium driven by Playwright against a real daphne.
+
+Screenshots of both pickers and the confirmation, at desktop and phone widths in light and dark,
+are written to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from plugins.book_flight.data import search_flights, seat_map_for
+from tests.servers import ROOT, free_port, stop, wait_for_port
+
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+BOOK = "Book a flight from JFK to LAX"
+TICKET = re.compile(r"CB-[A-Z]{2}\d{3}-\d{1,2}[A-F]-[0-9A-F]{6}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database and daphne serving the app on a free port."""
+    database = tmp_path_factory.mktemp("browser") / "db.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    port = free_port()
+    log = (tmp_path_factory.getbasetemp() / "daphne.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "chatbridge.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+        log.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium")
+    if executable is None:
+        message = "chromium is not installed (make test installs it when run as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+async def open_chat(browser: Browser, server: str, **options: object) -> Page:
+    page = await browser.new_page(**options)  # type: ignore[arg-type]
+    await page.goto(server + "/")
+    await page.get_by_role("button", name="New chat").click()
+    await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+    return page
+
+
+async def ask_for_flights(page: Page) -> None:
+    box = page.get_by_role("textbox", name="Message")
+    await box.fill(BOOK)
+    await box.press("Enter")  # Enter sends
+    await expect(page.get_by_role("button", name=re.compile(r"^Select "))).to_have_count(
+        len(search_flights("JFK", "LAX")), timeout=15000
+    )
+
+
+async def pick_first_flight(page: Page) -> str:
+    flight = search_flights("JFK", "LAX")[0]
+    await page.get_by_role("button", name=f"Select {flight.airline} {flight.number}").click()
+    await expect(page.get_by_role("group", name="Seats")).to_be_visible(timeout=15000)
+    return flight.id
+
+
+def first_free(flight_id: str) -> str:
+    seat_map = seat_map_for(flight_id)
+    return next(
+        f"{row}{seat}"
+        for row in range(1, seat_map.rows + 1)
+        for seat in seat_map.seats
+        if f"{row}{seat}" not in seat_map.taken
+    )
+
+
+async def expect_confirmation(page: Page, seat: str) -> str:
+    confirmation = page.get_by_role("region", name="Booking confirmed")
+    await expect(confirmation).to_be_visible(timeout=15000)
+    await expect(confirmation).to_contain_text("confirmed")
+    ticket = (await confirmation.locator(".ticket").inner_text()).strip()
+    assert TICKET.fullmatch(ticket), ticket
+    await expect(confirmation).to_contain_text(seat)
+    await expect(confirmation).to_contain_text("Tip:")
+    await expect(page.locator("article.msg.assistant").last).to_contain_text(ticket, timeout=15000)
+    return ticket
+
+
+async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> None:
+    page = await open_chat(browser, server)
+    await ask_for_flights(page)
+    await expect(page.locator("#transcript").get_by_text(BOOK, exact=True)).to_be_visible()
+    first = search_flights("JFK", "LAX")[0]
+    select = page.get_by_role("button", name=f"Select {first.airline} {first.number}")
+    await expect(select).to_be_focused()  # focus moves to the new form
+    card = page.locator("li.flight-card").first
+    for text in (first.airline, first.number, first.departs, first.duration, f"${first.price_usd}"):
+        await expect(card).to_contain_text(text)
+
+    flight_id = await pick_first_flight(page)
+    seat_map = seat_map_for(flight_id)
+    await expect(page.get_by_role("button", name=seat_map.taken[0], exact=True)).to_be_disabled()
+    seat = first_free(flight_id)
+    free = page.get_by_role("button", name=seat, exact=True)
+    await expect(free).to_be_enabled()
+    await expect(page.locator(".exit-row").first).to_contain_text("Exit")
+    await expect(page.locator("progress").first).to_be_visible()
+    await free.click()
+    await expect_confirmation(page, seat)
+    await expect(page.locator(".status-completed")).to_have_text("Done")
+
+
+async def test_reloading_in_the_middle_and_finishing(browser: Browser, server: str) -> None:
+    page = await open_chat(browser, server)
+    await ask_for_flights(page)
+    await page.reload()
+    # The transcript is back, and so is the pending form.
+    await expect(page.locator("#transcript").get_by_text(BOOK, exact=True)).to_be_visible()
+    flight_id = await pick_first_flight(page)
+    await page.reload()
+    seat = first_free(flight_id)
+    await page.get_by_role("button", name=seat, exact=True).click(timeout=15000)
+    await expect_confirmation(page, seat)
+
+
+async def test_a_taken_seat_shows_an_inline_error(browser: Browser, server: str) -> None:
+    page = await open_chat(browser, server)
+    await ask_for_flights(page)
+    flight_id = await pick_first_flight(page)
+    taken = seat_map_for(flight_id).taken[0]
+    button = page.get_by_role("button", name=taken, exact=True)
+    # The seat was free when the page was drawn and taken since: the server must refuse it.
+    await button.evaluate("b => { b.disabled = false }")
+    await button.click()
+    alert = page.get_by_role("alert").filter(has_text=f"Seat {taken} is taken; choose another.")
+    await expect(alert).to_be_visible(timeout=15000)
+    seat = first_free(flight_id)
+    await page.get_by_role("button", name=seat, exact=True).click()
+    await expect_confirmation(page, seat)
+
+
+async def test_decline_and_abort_buttons(browser: Browser, server: str) -> None:
+    page = await open_chat(browser, server)
+    await ask_for_flights(page)
+    await page.get_by_role("button", name="Decline").click()
+    await expect(page.get_by_text("Not booked: flight selection declined")).to_be_visible(
+        timeout=15000
+    )
+
+    await ask_for_flights(page)
+    await page.get_by_role("button", name="Abort").click()
+    aborted = page.locator("article.tool-card", has=page.locator(".status-aborted"))
+    await expect(aborted).to_have_count(1, timeout=15000)
+    await expect(aborted.locator(".tool-result")).to_have_text("Aborted: aborted by the user")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize(
+    ("device", "width", "height"), [("desktop", 1280, 900), ("phone", 390, 844)]
+)
+async def test_screenshots_of_pickers_and_confirmation(
+    browser: Browser, server: str, device: str, width: int, height: int, scheme: str
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = await open_chat(
+        browser, server, viewport={"width": width, "height": height}, color_scheme=scheme
+    )
+
+    async def snap(name: str) -> None:
+        overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name}: the page is {overflow}px wider than the {device} screen"
+        await page.screenshot(path=ARTIFACTS / f"{name}-{device}-{scheme}.png", full_page=True)
+
+    await ask_for_flights(page)
+    await snap("flight-list")
+    flight_id = await pick_first_flight(page)
+    await snap("seat-picker")
+    seat = first_free(flight_id)
+    await page.get_by_role("button", name=seat, exact=True).click()
+    await expect_confirmation(page, seat)
+    await snap("confirmation")
+    background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+    dark = sum(int(c) for c in re.findall(r"\d+", background)[:3]) < 3 * 128
+    assert dark is (scheme == "dark"), background
