@@ -139,6 +139,8 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     page = await open_chat(browser, server)
     await ask_for_flights(page)
     await expect(page.locator("#transcript").get_by_text(BOOK, exact=True)).to_be_visible()
+    # The sidebar names the conversation after its first message.
+    await expect(page.get_by_role("link", name=BOOK)).to_have_attribute("aria-current", "page")
     first = search_flights("JFK", "LAX")[0]
     select = page.get_by_role("button", name=f"Select {first.airline} {first.number}")
     await expect(select).to_be_focused()  # focus moves to the new form

@@ -6,28 +6,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from channels.layers import channel_layers
 
 from chatbridge.chat import runtime
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
 
 BOOK = "Book a flight from JFK to LAX"
-
-
-@pytest.fixture(autouse=True)
-async def fresh_runtime() -> AsyncIterator[None]:
-    """Each test gets its own hub, session manager and channel layer, shut down afterwards."""
-    runtime.get_hub.cache_clear()
-    runtime.get_session_manager.cache_clear()
-    channel_layers.backends.clear()
-    yield
-    await runtime.get_hub().close()
-    await runtime.get_session_manager().shutdown()
-    runtime.get_hub.cache_clear()
-    runtime.get_session_manager.cache_clear()
 
 
 @pytest.fixture

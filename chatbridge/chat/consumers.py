@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
 from pydantic import ValidationError
 
 from chatbridge.chat.models import Conversation
@@ -25,6 +26,7 @@ from chatbridge.core.protocol import (
     Deny,
     ElicitResponseCommand,
     ErrorEvent,
+    UserMessage,
     UserMessageCommand,
     parse_command,
 )
@@ -53,6 +55,15 @@ def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
 @sync_to_async
 def _owns(conversation_id: str, owner: str) -> bool:
     return Conversation.objects.filter(pk=conversation_id, owner=owner).exists()
+
+
+@sync_to_async
+def _sidebar_link(conversation_id: str) -> str:
+    """The conversation's sidebar link, retitled after its first message."""
+    item = Conversation.objects.get(pk=conversation_id)
+    return render_to_string(
+        "chatbridge/conversation_link.html", {"item": item, "conversation": item, "oob": True}
+    )
 
 
 class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -156,5 +167,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.send(text_data=event.model_dump_json())
             return
         html = render_event(event, self.seen)
+        if isinstance(event, UserMessage) and html:
+            html += await _sidebar_link(self.conversation_id)
         if html:
             await self.send(text_data=html)

@@ -136,7 +136,8 @@ def render_event(event: ChatEvent, seen: set[str]) -> str | None:
             "chatbridge/message.html",
             {"role": "user", "id": event.message_id, "content": event.content},
         )
-        return _oob("beforeend:#transcript", item)
+        # A new message clears the errors of earlier attempts.
+        return _oob("beforeend:#transcript", item) + _oob("innerHTML:#errors", "")
     if isinstance(event, AssistantDelta):
         text = render_to_string("chatbridge/text.html", {"text": event.delta})
         if event.message_id in seen:
@@ -189,6 +190,6 @@ def render_event(event: ChatEvent, seen: set[str]) -> str | None:
         return render_to_string("chatbridge/status.html", {"state": event, "oob": True})
     if isinstance(event, ErrorEvent):
         return _oob(
-            "beforeend:#errors", render_to_string("chatbridge/error.html", {"event": event})
+            "innerHTML:#errors", render_to_string("chatbridge/error.html", {"event": event})
         )
     return None

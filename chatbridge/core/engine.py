@@ -225,7 +225,7 @@ class ChatHub:
                     break
                 await self._phase(conv, "executing_tools")
                 for call in reply.tool_calls:
-                    content = await self._run_tool(conv, call)
+                    content = await self.execute_tool_call(conv.id, call)
                     await self.store.append(
                         conv.id,
                         uuid.uuid4().hex,
@@ -288,7 +288,9 @@ class ChatHub:
             return call
         return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
 
-    async def _run_tool(self, conv: _Conversation, call: ToolCallRequest) -> str:
+    async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
+        """Run one tool call to its end; return the tool message for the model."""
+        conv = self._conversation(conversation_id)
         plugin = self.registry.get(call.name)
         if plugin is None:
             names = ", ".join(p.name for p in self.registry) or "(none)"

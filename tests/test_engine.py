@@ -1,0 +1,203 @@
+"""The chat engine without any web stack: an in-memory store and sink, the offline model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from chatbridge import (
+    PluginRegistry,
+    SessionManager,
+    create_mcp_tool,
+    make_plugin,
+)
+from chatbridge.core.completion import ToolCallRequest
+from chatbridge.core.engine import LOST_SESSION_MESSAGE, ChatHub, dangling_calls
+from chatbridge.core.protocol import ChatEvent, ElicitResponseCommand
+from chatbridge.core.sampling import LiteLLMSampler
+from plugins.book_flight.plugin import book_flight_plugin
+
+
+async def first_event(events: list[ChatEvent], kind: str, timeout: float = 10) -> Any:
+    async def wait() -> Any:
+        while True:
+            found = next((e for e in events if e.type == kind), None)
+            if found is not None:
+                return found
+            await asyncio.sleep(0.01)
+
+    return await asyncio.wait_for(wait(), timeout)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.messages_by_conv: dict[str, list[dict[str, Any]]] = {}
+        self.phases: list[str] = []
+
+    async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        return [dict(m) for m in self.messages_by_conv.get(conversation_id, [])]
+
+    async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+        self.messages_by_conv.setdefault(conversation_id, []).append(message)
+
+    async def save_phase(self, conversation_id: str, phase: Any) -> None:
+        self.phases.append(phase)
+
+
+class Broken(BaseModel):
+    n: int
+
+
+async def explode(params: Broken, ctx: Any) -> None:
+    raise RuntimeError("the booking system is down")
+
+
+broken_plugin = make_plugin(
+    create_mcp_tool("broken").parameters(Broken).elicits().execute(explode)
+).build()
+
+
+@pytest.fixture
+async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
+    events: list[ChatEvent] = []
+
+    async def sink(conversation_id: str, event: ChatEvent) -> None:
+        events.append(event)
+
+    def render(
+        request: Any, template: str, context: dict[str, Any], errors: Any, *, session_id: str
+    ) -> str:
+        return f"<form>{template}</form>"
+
+    store = MemoryStore()
+    manager = SessionManager(sampler=LiteLLMSampler("offline/engine"))
+    chat = ChatHub(
+        registry=PluginRegistry([book_flight_plugin, broken_plugin]),
+        manager=manager,
+        store=store,
+        sink=sink,
+        render_form=render,
+        model="offline/engine",
+    )
+    yield chat, store, events
+    await chat.close()
+    await manager.shutdown()
+
+
+async def test_tool_problems_become_tool_messages_for_the_model(hub: Any) -> None:
+    chat, _, events = hub
+    run = chat.execute_tool_call
+    assert await run("c", ToolCallRequest("1", "fly_to_mars", "{}")) == (
+        "Error: Unknown tool 'fly_to_mars'. Available tools: book_flight, broken."
+    )
+    assert (await run("c", ToolCallRequest("2", "broken", "{nope"))).startswith(
+        "Error: Arguments for tool 'broken' are not valid JSON:"
+    )
+    assert await run("c", ToolCallRequest("3", "broken", "[1]")) == (
+        "Error: Arguments for tool 'broken' must be a JSON object."
+    )
+    assert await run("c", ToolCallRequest("4", "broken", '{"n": "x"}')) == (
+        "Error: Invalid arguments for tool 'broken': n: Input should be a valid integer, unable "
+        "to parse string as an integer. Call it again with arguments matching its parameters "
+        "schema."
+    )
+    assert await run("c", ToolCallRequest("5", "broken", '{"n": 1}')) == (
+        "Error: The tool failed: RuntimeError: the booking system is down"
+    )
+    statuses = [(e.call_id, e.status) for e in events if e.type == "tool_call"]
+    assert statuses == [("4", "failed"), ("5", "running"), ("5", "failed")]
+
+
+async def test_a_turn_walks_the_phases_and_answers_through_the_plugin(hub: Any) -> None:
+    chat, store, events = hub
+    await chat.user_message("conv", "Book a flight from JFK to LAX")
+    form = await first_event(events, "elicit")
+    assert form.html == "<form>book_flight/flight_list.html</form>"
+    assert chat.state("conv").phase == "plugin_awaiting_elicit"
+    assert chat.pending_forms("conv") == [form]
+    await chat.elicit_response(
+        "conv",
+        ElicitResponseCommand(
+            type="elicit_response",
+            session_id=form.session_id,
+            call_id=form.call_id,
+            elicit_id=form.elicit_id,
+            action="cancel",
+        ),
+    )
+    await chat.wait_idle("conv")
+    assert store.phases[:4] == [
+        "process_plugin_abort",
+        "process_plugin_responses",
+        "start_iteration",
+        "streaming",
+    ]
+    assert "executing_tools" in store.phases and store.phases[-1] == "done"
+    roles = [m["role"] for m in store.messages_by_conv["conv"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    tool_message = store.messages_by_conv["conv"][2]
+    assert json.loads(tool_message["content"]) == {
+        "booked": False,
+        "reason": "flight selection cancelled",
+    }
+
+
+async def test_dangling_calls_are_recovered_as_lost_sessions(hub: Any) -> None:
+    chat, store, events = hub
+    store.messages_by_conv["conv"] = [
+        {"role": "user", "content": "Book a flight from JFK to LAX"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_old",
+                    "type": "function",
+                    "function": {
+                        "name": "book_flight",
+                        "arguments": '{"origin": "JFK", "destination": "LAX"}',
+                    },
+                }
+            ],
+        },
+    ]
+    assert dangling_calls(store.messages_by_conv["conv"]) == ["call_old"]
+    await chat.elicit_response(
+        "conv",
+        ElicitResponseCommand(
+            type="elicit_response",
+            session_id="call_old",
+            call_id="call_old",
+            elicit_id="book_flight:pick_flight:call_old:1",
+            content={"flight_id": "SH-1"},
+        ),
+    )
+    form = await first_event(events, "elicit")
+    lost = next(e for e in events if e.type == "session_error")
+    assert (lost.error, lost.call_id) == ("SESSION_NOT_FOUND", "call_old")
+    assert store.messages_by_conv["conv"][2] == {
+        "role": "tool",
+        "tool_call_id": "call_old",
+        "content": LOST_SESSION_MESSAGE,
+    }
+    assert form.call_id != "call_old"  # the model retried with a new call
+
+
+async def test_unknown_calls_are_refused(hub: Any) -> None:
+    from chatbridge.core.engine import CommandRefused
+
+    chat, _, _ = hub
+    with pytest.raises(CommandRefused, match="No tool call 'x' in this conversation."):
+        await chat.elicit_response(
+            "conv",
+            ElicitResponseCommand(
+                type="elicit_response", session_id="x", call_id="x", elicit_id="t:k:x:1"
+            ),
+        )
+    with pytest.raises(CommandRefused, match="No running tool 'x' in this conversation."):
+        await chat.abort("conv", "x", "why")
