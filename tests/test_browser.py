@@ -114,13 +114,9 @@ async def pick_first_flight(page: Page) -> str:
 
 
 def first_free(flight_id: str) -> str:
-    seat_map = seat_map_for(flight_id)
-    return next(
-        f"{row}{seat}"
-        for row in range(1, seat_map.rows + 1)
-        for seat in seat_map.seats
-        if f"{row}{seat}" not in seat_map.taken
-    )
+    seat = seat_map_for(flight_id).first_free()
+    assert seat is not None
+    return seat
 
 
 async def expect_confirmation(page: Page, seat: str) -> str:
@@ -154,6 +150,7 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     seat = first_free(flight_id)
     free = page.get_by_role("button", name=seat, exact=True)
     await expect(free).to_be_enabled()
+    await expect(free).to_be_focused()  # the first free seat takes the focus
     await expect(page.locator(".exit-row").first).to_contain_text("Exit")
     await expect(page.locator("progress").first).to_be_visible()
     await free.click()

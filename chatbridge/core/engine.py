@@ -8,6 +8,7 @@ Sockets come and go; they send commands to the hub and receive events through th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -120,10 +121,7 @@ class ChatHub:
             raise CommandRefused(
                 "BUSY", "Please wait for the current reply, or abort the running tool."
             )
-        message_id = uuid.uuid4().hex
-        await self.store.append(conv.id, message_id, {"role": "user", "content": text})
-        await self.sink(conv.id, UserMessage(message_id=message_id, content=text))
-        self._start(conv, lost=[])
+        self._start(conv, lost=[], text=text)  # at once: a second message now sees BUSY
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session)."""
@@ -194,8 +192,12 @@ class ChatHub:
             conv = self._conversations[conversation_id] = _Conversation(conversation_id)
         return conv
 
-    def _start(self, conv: _Conversation, lost: list[ElicitResponseCommand]) -> None:
-        conv.turn = asyncio.create_task(self._turn(conv, lost), name=f"chatbridge-turn:{conv.id}")
+    def _start(
+        self, conv: _Conversation, lost: list[ElicitResponseCommand], text: str | None = None
+    ) -> None:
+        conv.turn = asyncio.create_task(
+            self._turn(conv, lost, text), name=f"chatbridge-turn:{conv.id}"
+        )
 
     async def _phase(self, conv: _Conversation, phase: Phase) -> None:
         conv.phase = phase
@@ -211,8 +213,14 @@ class ChatHub:
             raise CommandRefused("BUSY", "Please wait for the current reply.")
         self._start(conv, lost=[cmd])
 
-    async def _turn(self, conv: _Conversation, lost: list[ElicitResponseCommand]) -> None:
+    async def _turn(
+        self, conv: _Conversation, lost: list[ElicitResponseCommand], text: str | None
+    ) -> None:
         try:
+            if text is not None:
+                message_id = uuid.uuid4().hex
+                await self.store.append(conv.id, message_id, {"role": "user", "content": text})
+                await self.sink(conv.id, UserMessage(message_id=message_id, content=text))
             await self._phase(conv, "process_plugin_abort")
             await self._phase(conv, "process_plugin_responses")
             await self._recover_lost(conv, {c.call_id: c.session_id for c in lost})
@@ -233,13 +241,15 @@ class ChatHub:
                     )
         except Exception:  # a bug in a turn must not take the conversation down
             logger.exception("turn of conversation %s failed", conv.id)
-            await self.sink(
-                conv.id,
-                ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry."),
-            )
+            failed = ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry.")
+            with contextlib.suppress(Exception):  # the sink itself may be what failed
+                await self.sink(conv.id, failed)
         finally:
             conv.turn = None
-        await self._phase(conv, "done")
+        with contextlib.suppress(Exception):
+            await self._phase(conv, "done")
+        if conv.turn is None and not conv.pending:  # nothing left to remember
+            self._conversations.pop(conv.id, None)
 
     async def _recover_lost(self, conv: _Conversation, sessions: dict[str, str]) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""

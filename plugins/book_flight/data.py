@@ -100,6 +100,15 @@ class SeatMap(BaseModel):
     def is_taken(self, row: int, seat: str) -> bool:
         return f"{row}{seat}" in self.taken
 
+    def first_free(self) -> str | None:
+        """The label of the first available seat (where keyboard focus starts)."""
+        taken = set(self.taken)
+        for row in range(1, self.rows + 1):
+            for letter in self.seats:
+                if f"{row}{letter}" not in taken:
+                    return f"{row}{letter}"
+        return None
+
     def grid(self) -> list[dict[str, Any]]:
         """Rows of seats for templates: label, letter, taken, aisle after it, exit row."""
         taken = set(self.taken)

@@ -38,7 +38,7 @@ async def pick_seat(req: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]
 
     submission = await ctx.render(
         "book_flight/seat_picker.html",
-        {"seat_map": seat_map, "rows": seat_map.grid()},
+        {"seat_map": seat_map, "rows": seat_map.grid(), "first_free": seat_map.first_free()},
         validate=available,
     )
     return submission.result
