@@ -16,6 +16,7 @@ from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import render_event
 from chatbridge.chat.runtime import conversation_group, get_hub
 from chatbridge.chat.store import owner_key
+from chatbridge.chat.workers import ensure_listener
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
 from chatbridge.core.protocol import (
@@ -89,6 +90,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             conversation_group(self.conversation_id), self.channel_name
         )
         await self.accept()
+        ensure_listener()  # this worker now answers operators' list and abort requests
         hub = get_hub()
         await self.send_event(hub.state(self.conversation_id))
         for form in hub.pending_forms(self.conversation_id):

@@ -59,3 +59,89 @@ class Message(models.Model):
         if self.role != "assistant" and message["content"] is None:
             message["content"] = ""
         return message
+
+
+ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")
+
+
+class ToolSession(models.Model):
+    """One tool call, kept in step with its live ``PluginSession``."""
+
+    STATUSES = [
+        (s, s)
+        for s in ("running", "awaiting_elicit", "awaiting_sample", "completed", "failed", "aborted")
+    ]
+
+    id = models.CharField(primary_key=True, max_length=200, help_text="the tool call id")
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, related_name="tool_sessions", on_delete=models.CASCADE
+    )
+    tool_name = models.CharField(max_length=64, db_index=True)
+    arguments = models.JSONField(default=dict)
+    status = models.CharField(max_length=20, choices=STATUSES, default="running", db_index=True)
+    phase = models.CharField(max_length=40, blank=True, default="")
+    pending_key = models.CharField(max_length=64, blank=True, default="")
+    pending_elicit_id = models.CharField(max_length=300, blank=True, default="")
+    pending_message = models.TextField(blank=True, default="")
+    pending_context = models.JSONField(null=True, blank=True)
+    pending_schema = models.JSONField(null=True, blank=True)
+    pending_since = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=120, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    aborted_by = models.CharField(max_length=150, blank=True, default="")
+    aborted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.id} ({self.status})"
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    def journal_entries(self) -> list[dict[str, Any]]:
+        """The recorded journal in ``seq`` order: what a replay of this call starts from."""
+        return [
+            {"seq": r.seq, "kind": r.kind, "key": r.key, "result": r.result}
+            for r in self.journal.exclude(result=None)
+        ]
+
+
+class JournalRecord(models.Model):
+    """One capability call of a tool session: request, result, rejected answers, timings."""
+
+    KINDS = [("elicit", "elicit"), ("sample", "sample"), ("step", "step")]
+
+    session = models.ForeignKey(ToolSession, related_name="journal", on_delete=models.CASCADE)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=KINDS)
+    key = models.CharField(max_length=100)
+    elicit_id = models.CharField(max_length=300, blank=True, default="", db_index=True)
+    request = models.JSONField(default=dict)
+    result = models.JSONField(null=True, blank=True)
+    rejected = models.JSONField(
+        default=list, blank=True, help_text="answers refused before this one: data and errors"
+    )
+    requested_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="journal_seq_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.seq}. {self.kind} {self.key}"
+
+    @property
+    def latency_seconds(self) -> float | None:
+        if self.answered_at is None:
+            return None
+        return (self.answered_at - self.requested_at).total_seconds()

@@ -29,10 +29,13 @@ def conversation_group(conversation_id: str) -> str:
 @cache
 def get_session_manager() -> SessionManager:
     """The one manager of this process, configured from the settings."""
+    from chatbridge.chat.recorder import DjangoRecorder
+
     timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
     return SessionManager(
         sampler=LiteLLMSampler(settings.CHATBRIDGE_MODEL),
         idle_timeout=timeout if timeout and timeout > 0 else None,
+        observer=DjangoRecorder(),
     )
 
 

@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import Max
 
-from chatbridge.chat.models import Conversation, Message
+from chatbridge.chat.models import Conversation, Message, ToolSession
 from chatbridge.core.protocol import Phase
 
 __all__ = ["DjangoStore", "owner_key"]
@@ -48,6 +48,7 @@ def _messages(conversation_id: str) -> list[dict[str, Any]]:
 
 def _save_phase(conversation_id: str, phase: str) -> None:
     Conversation.objects.filter(pk=conversation_id).update(phase=phase)
+    ToolSession.objects.filter(conversation_id=conversation_id, ended_at=None).update(phase=phase)
 
 
 class DjangoStore:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from chatbridge.core.elicit import (
     ElicitId,
@@ -28,7 +29,7 @@ from chatbridge.core.exceptions import (
     SessionAborted,
     UnknownElicitKey,
 )
-from chatbridge.core.journal import Journal, to_json_value
+from chatbridge.core.journal import EntryKind, Journal, JournalEntry, to_json_value
 from chatbridge.core.sampling import SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
 
@@ -55,6 +56,12 @@ class CapabilityHost(Protocol):
 
     def emit_progress(self, message: str, progress: float | None, total: float | None) -> None:
         """Publish a progress note."""
+
+    async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
+        """A live capability call starts."""
+
+    async def recorded(self, entry: JournalEntry) -> None:
+        """A capability result was journaled."""
 
 
 class CallRuntime:
@@ -132,13 +139,14 @@ class ToolContext:
         if entry is not None:
             return validate_result(result_from_dict(entry.result), model, str(elicit_id))
         request = ElicitRequest.build(elicit_id, model, message, plain_context, rt.params, plain_ui)
+        await rt.host.requested(seq, "elicit", key, request.to_dict())
         rt.pending = elicit_id
         try:
             result = await rt.shield_abort(rt.host.ask(request))
         finally:
             rt.pending = None
         result = validate_result(result, model, str(elicit_id))  # hosts validate; be sure
-        rt.journal.record(seq, "elicit", key, result_to_dict(result))
+        await rt.host.recorded(rt.journal.record(seq, "elicit", key, result_to_dict(result)))
         return result
 
     async def sample(
@@ -156,8 +164,14 @@ class ToolContext:
         entry = rt.journal.recorded(seq, "sample", "sample")
         if entry is not None:
             return SampleResult.from_dict(entry.result)
+        await rt.host.requested(
+            seq,
+            "sample",
+            "sample",
+            {"messages": request.messages, "max_tokens": request.max_tokens},
+        )
         result = await rt.shield_abort(rt.host.complete(request))
-        rt.journal.record(seq, "sample", "sample", result.to_dict())
+        await rt.host.recorded(rt.journal.record(seq, "sample", "sample", result.to_dict()))
         return result
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -172,6 +186,9 @@ class ToolContext:
         entry = rt.journal.recorded(seq, "step", name)
         if entry is not None:
             return entry.result["value"]
+        await rt.host.requested(
+            seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
+        )
         if inspect.iscoroutinefunction(fn):
             raw = await rt.shield_abort(fn(*args))
         else:
@@ -179,7 +196,7 @@ class ToolContext:
             if inspect.isawaitable(raw):
                 raw = await rt.shield_abort(raw)
         value = to_json_value(raw, f"The result of step {name!r}")
-        rt.journal.record(seq, "step", name, {"value": value})
+        await rt.host.recorded(rt.journal.record(seq, "step", name, {"value": value}))
         return value
 
     async def log(self, level: str, message: str, **data: Any) -> None:

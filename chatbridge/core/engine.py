@@ -20,6 +20,7 @@ from chatbridge.core.completion import Completion, ToolCallRequest, stream_compl
 from chatbridge.core.elicit import ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ChatBridgeError, DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
+from chatbridge.core.observer import observe
 from chatbridge.core.plugins import FormPost, Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
     AssistantDelta,
@@ -149,7 +150,7 @@ class ChatHub:
             raise CommandRefused(
                 "NOT_FOUND", f"No running tool {session_id!r} in this conversation."
             )
-        await self.manager.abort(session_id, reason)
+        await self.manager.abort(session_id, reason, by="user")
 
     def state(self, conversation_id: str) -> ConversationState:
         conv = self._conversation(conversation_id)
@@ -313,7 +314,9 @@ class ChatHub:
             return f"Error: Arguments for tool {call.name!r} must be a JSON object."
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
         try:
-            session = await self.manager.create(plugin.tool, arguments, call_id=call.id)
+            session = await self.manager.create(
+                plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
+            )
         except (InvalidToolParams, DuplicateSession) as exc:
             await self.sink(
                 conv.id, event.model_copy(update={"status": "failed", "error": str(exc)})
@@ -382,7 +385,15 @@ class ChatHub:
                 message=request.message,
             ),
         )
-        surface = FormSurface(request, session.id, pending, self.render_form, self._sink_for(conv))
+
+        async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
+            await observe(
+                session.observer, "answer_rejected", session, str(request.id), data, errors
+            )
+
+        surface = FormSurface(
+            request, session.id, pending, self.render_form, self._sink_for(conv), rejected
+        )
         handler = asyncio.create_task(plugin.handle(request, PluginContext(request, surface)))
         ended = asyncio.create_task(session.wait_finished())
         try:

@@ -57,15 +57,20 @@ class FormSurface:
         pending: PendingElicit,
         render: FormRenderer,
         send: Callable[[ChatEvent], Awaitable[None]],
+        on_rejected: Callable[[dict[str, Any], FieldErrors], Awaitable[None]] | None = None,
     ) -> None:
         self._request, self._session_id = request, session_id
         self._pending, self._render, self._send = pending, render, send
+        self._on_rejected = on_rejected
         self._attempt = 0
+        self._last: FormPost | None = None
 
     async def show(
         self, template_name: str, context: dict[str, Any], errors: FieldErrors
     ) -> FormPost:
         request = self._request
+        if errors and self._last is not None and self._on_rejected is not None:
+            await self._on_rejected(self._last.data, errors)  # the previous post was refused
         self._attempt += 1
         html = self._render(request, template_name, context, errors, session_id=self._session_id)
         form = ElicitForm(
@@ -85,6 +90,7 @@ class FormSurface:
         self._pending.form, self._pending.waiter = form, waiter
         await self._send(form)
         try:
-            return await waiter
+            self._last = await waiter
+            return self._last
         finally:
             self._pending.waiter = None

@@ -25,6 +25,7 @@ from chatbridge.core.elicit import (
     ElicitRequest,
     ElicitResult,
     result_from_dict,
+    result_to_dict,
     validate_result,
 )
 from chatbridge.core.events import (
@@ -44,7 +45,8 @@ from chatbridge.core.exceptions import (
     SessionAborted,
     SessionNotFound,
 )
-from chatbridge.core.journal import Journal, JournalEntry, to_json_value
+from chatbridge.core.journal import EntryKind, Journal, JournalEntry, to_json_value
+from chatbridge.core.observer import SessionObserver, observe
 from chatbridge.core.sampling import LiteLLMSampler, Sampler, SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
 
@@ -87,10 +89,15 @@ class PluginSession:
         sampler: Sampler,
         clock: Clock = time.monotonic,
         on_finish: Callable[[PluginSession], None] | None = None,
+        observer: SessionObserver | None = None,
+        meta: Mapping[str, str] | None = None,
     ) -> None:
         self.tool = tool
         self.id = self.call_id = call_id
         self.params = params
+        self.meta = dict(meta or {})
+        self.observer = observer
+        self.aborted_by: str | None = None
         self._journal = Journal(tool.name, journal)
         self._sampler = sampler
         self._clock = clock
@@ -186,16 +193,27 @@ class PluginSession:
                 raise ElicitValidationError(
                     wanted, request.schema.model.__name__, [{"loc": ("action",), "msg": str(exc)}]
                 ) from None
-        validated = validate_result(result, request.schema.model, wanted)
+        try:
+            validated = validate_result(result, request.schema.model, wanted)
+        except ElicitValidationError as exc:
+            data = result_to_dict(result).get("content") or {}
+            await observe(self.observer, "answer_rejected", self, wanted, data, exc.field_errors())
+            raise
         self._pending = None
         self._touch()
         future.set_result(validated)
 
-    async def abort(self, reason: str = "aborted", *, grace: float = 5.0) -> None:
-        """Stop the tool: it sees ``SessionAborted`` at its await point. Idempotent."""
+    async def abort(
+        self, reason: str = "aborted", *, by: str | None = None, grace: float = 5.0
+    ) -> None:
+        """Stop the tool: it sees ``SessionAborted`` at its await point. Idempotent.
+
+        ``by`` names who aborted (a user, an operator) for the record.
+        """
         if self._terminal is not None:
             return
         if self._runtime.aborted is None:
+            self.aborted_by = by
             self._runtime.aborted = SessionAborted(self.id, reason)
             if self._pending is not None and not self._pending[1].done():
                 self._pending[1].set_exception(self._runtime.aborted)
@@ -204,6 +222,7 @@ class PluginSession:
         task = self._task
         if task is None:
             self._finish(AbortedEvent(self.id, reason), "aborted")
+            await observe(self.observer, "session_ended", self, self._terminal)
             return
         if task is asyncio.current_task():
             return  # a tool aborting itself: it unwinds by raising SessionAborted
@@ -219,19 +238,31 @@ class PluginSession:
         future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._pending = (request, future)
         self._set_status("awaiting_elicit")
+        await observe(self.observer, "status_changed", self)
         self._emit(ElicitEvent(self.id, request))
         try:
             return await future
         finally:
             self._pending = None
             self._set_status("running")
+            if self._runtime.aborted is None:
+                await observe(self.observer, "status_changed", self)
 
     async def complete(self, request: SampleRequest) -> SampleResult:
         self._set_status("awaiting_sample")
+        await observe(self.observer, "status_changed", self)
         try:
             return await self._sampler(request)
         finally:
             self._set_status("running")
+            if self._runtime.aborted is None:
+                await observe(self.observer, "status_changed", self)
+
+    async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
+        await observe(self.observer, "capability_requested", self, seq, kind, key, request)
+
+    async def recorded(self, entry: JournalEntry) -> None:
+        await observe(self.observer, "capability_recorded", self, entry)
 
     def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
         self._emit(LogEvent(self.id, level, message, data))
@@ -264,6 +295,7 @@ class PluginSession:
                 self._finish(AbortedEvent(self.id, self._runtime.aborted.reason), "aborted")
             else:
                 self._finish(CompletedEvent(self.id, result), "completed")
+        await observe(self.observer, "session_ended", self, self._terminal)
 
     def _set_status(self, status: SessionStatus) -> None:
         if self._terminal is None:
@@ -306,11 +338,13 @@ class SessionManager:
         sampler: Sampler | None = None,
         idle_timeout: float | None = 3600.0,
         clock: Clock = time.monotonic,
+        observer: SessionObserver | None = None,
     ) -> None:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive or None, got {idle_timeout!r}")
         self.sampler: Sampler = sampler or LiteLLMSampler()
         self.idle_timeout = idle_timeout
+        self.observer = observer
         self._clock = clock
         self._sessions: dict[str, PluginSession] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -322,8 +356,12 @@ class SessionManager:
         *,
         call_id: str,
         journal: Iterable[JournalEntry | Mapping[str, Any]] | None = None,
+        meta: Mapping[str, str] | None = None,
     ) -> PluginSession:
-        """Validate ``params`` and start the tool; with ``journal``, resume it by replay."""
+        """Validate ``params`` and start the tool; with ``journal``, resume it by replay.
+
+        ``meta`` (for example the conversation id) travels with the session to observers.
+        """
         if not isinstance(call_id, str) or not call_id.strip():
             raise ValueError(f"call_id must be a non-empty string, got {call_id!r}")
         if call_id in self._sessions:
@@ -337,8 +375,11 @@ class SessionManager:
             sampler=self.sampler,
             clock=self._clock,
             on_finish=self._forget,
+            observer=self.observer,
+            meta=meta,
         )
         self._sessions[call_id] = session
+        await observe(self.observer, "session_started", session)
         session.start()
         self._ensure_reaper()
         return session
@@ -354,9 +395,11 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def abort(self, session_id: str, reason: str = "aborted") -> None:
+    async def abort(
+        self, session_id: str, reason: str = "aborted", *, by: str | None = None
+    ) -> None:
         """Abort a live session; ``SessionNotFound`` if there is none."""
-        await self.require(session_id).abort(reason)
+        await self.require(session_id).abort(reason, by=by)
 
     def list_active(self) -> list[SessionInfo]:
         """Snapshots of every live session, oldest first."""

@@ -1,0 +1,60 @@
+"""Watching sessions from outside: what a recorder (the admin's tables) is told, and when.
+
+Every method is awaited at the point the session reaches it, in order, so a recorder that
+writes each call sees a complete and ordered history. A failing observer is logged and never
+breaks the tool.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from chatbridge.core.events import SessionEvent
+    from chatbridge.core.journal import EntryKind, JournalEntry
+    from chatbridge.core.sessions import PluginSession
+
+__all__ = ["SessionObserver", "observe"]
+
+logger = logging.getLogger("chatbridge.observer")
+
+
+class SessionObserver(Protocol):
+    """Receives a session's lifecycle, status changes and journal as they happen."""
+
+    async def session_started(self, session: PluginSession) -> None:
+        """Before the tool runs."""
+
+    async def status_changed(self, session: PluginSession) -> None:
+        """``session.status`` or ``session.pending`` changed."""
+
+    async def capability_requested(
+        self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
+    ) -> None:
+        """A live ``elicit``/``sample``/``step`` call starts (replayed ones are not reported)."""
+
+    async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
+        """Its result was appended to the journal."""
+
+    async def answer_rejected(
+        self,
+        session: PluginSession,
+        elicit_id: str,
+        data: dict[str, Any],
+        errors: dict[str, list[str]],
+    ) -> None:
+        """An answer to the pending question was refused; the question stays open."""
+
+    async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
+        """The session completed, failed or was aborted."""
+
+
+async def observe(observer: SessionObserver | None, method: str, *args: Any) -> None:
+    """Call ``observer.<method>(*args)`` if there is an observer; log its failures."""
+    if observer is None:
+        return
+    try:
+        await getattr(observer, method)(*args)
+    except Exception:  # a broken recorder must not break the tool it records
+        logger.exception("session observer %s failed", method)
