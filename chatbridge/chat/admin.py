@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -70,8 +71,24 @@ class ConversationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 class JournalInline(ReadOnlyInline):
     model = JournalRecord
-    fields = ("seq", "kind", "key", "request", "answer", "rejected_answers", "latency")
+    fields = ("seq", "kind", "key", "asked", "answer", "rejected_answers", "latency")
     readonly_fields = fields
+
+    @admin.display(description="request")
+    def asked(self, record: JournalRecord) -> str:
+        request = record.request or {}
+        if record.kind == "elicit":
+            headline = str(request.get("message", "")).split("\n", 1)[0]
+        elif record.kind == "sample":
+            messages = request.get("messages") or [{}]
+            headline = str(messages[-1].get("content", ""))
+        else:
+            headline = f"args {json.dumps(request.get('args'), ensure_ascii=False)}"
+        return format_html(
+            "{}<details><summary>full request</summary><pre>{}</pre></details>",
+            headline[:200],
+            json.dumps(request, ensure_ascii=False, indent=1)[:20000],
+        )
 
     @admin.display(description="answer")
     def answer(self, record: JournalRecord) -> Any:
