@@ -77,6 +77,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "chatbridge.chat",
     "plugins.book_flight",
+    "plugins.pick_card",
+    "plugins.feedback",
 ]
 
 MIDDLEWARE = [
@@ -154,7 +156,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # ChatBridge
 CHATBRIDGE_MODEL = os.environ.get("CHATBRIDGE_MODEL") or "offline/chatbridge-1"
 # Dotted paths of the Plugin objects to serve (their apps are in INSTALLED_APPS).
-CHATBRIDGE_PLUGINS = ["plugins.book_flight.plugin.book_flight_plugin"]
+CHATBRIDGE_PLUGINS = [
+    "plugins.book_flight.plugin.book_flight_plugin",
+    "plugins.pick_card.tool.pick_card",  # a create_tool tool: it carries its .plugin
+    "plugins.feedback.tool.feedback_plugin",
+]
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))
 

@@ -13,7 +13,7 @@ from django.template.loader import render_to_string
 from pydantic import ValidationError
 
 from chatbridge.chat.models import Conversation
-from chatbridge.chat.rendering import render_event
+from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.runtime import conversation_group, get_hub
 from chatbridge.chat.store import owner_key
 from chatbridge.chat.workers import ensure_listener
@@ -77,7 +77,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.conversation_id = str(self.scope["url_route"]["kwargs"]["conversation_id"])
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.json_mode = query.get("format") == ["json"]
-        self.seen: set[str] = set()
+        self.view = SocketView()
         session = self.scope.get("session")
         owner = owner_key(self.scope.get("user"), session.session_key if session else None)
         if owner is None or not await _owns(self.conversation_id, owner):
@@ -152,10 +152,10 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await hub.elicit_response(self.conversation_id, command)
         elif isinstance(command, Abort):
             await hub.abort(self.conversation_id, command.session_id, command.reason)
-        elif isinstance(command, Approve | Deny):
-            raise CommandRefused(
-                "NOT_FOUND", f"Nothing is waiting for approval as {command.call_id!r}."
-            )
+        elif isinstance(command, Approve):
+            await hub.decide(self.conversation_id, command.call_id, True)
+        elif isinstance(command, Deny):
+            await hub.decide(self.conversation_id, command.call_id, False, command.reason)
 
     async def refuse(self, code: str, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))
@@ -168,7 +168,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         if self.json_mode:
             await self.send(text_data=event.model_dump_json())
             return
-        html = render_event(event, self.seen)
+        html = render_event(event, self.view)
         if isinstance(event, UserMessage) and html:
             html += await _sidebar_link(self.conversation_id)
         if html:

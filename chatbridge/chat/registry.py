@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from chatbridge.core import Plugin, PluginRegistry
+from chatbridge.core import McpTool, Plugin, PluginRegistry
 
 __all__ = ["get_registry"]
 
@@ -24,6 +24,8 @@ def get_registry() -> PluginRegistry:
             raise ImproperlyConfigured(
                 f"CHATBRIDGE_PLUGINS: cannot import {dotted!r}: {exc}"
             ) from exc
+        if isinstance(plugin, McpTool) and isinstance(plugin.plugin, Plugin):
+            plugin = plugin.plugin  # a create_tool tool carries its plugin
         if not isinstance(plugin, Plugin):
             raise ImproperlyConfigured(
                 f"CHATBRIDGE_PLUGINS: {dotted!r} is a {type(plugin).__name__}, not a Plugin; "

@@ -29,7 +29,7 @@ from chatbridge.core.protocol import (
     UserMessage,
 )
 
-__all__ = ["ToolCallView", "render_event", "render_form", "transcript"]
+__all__ = ["SocketView", "ToolCallView", "render_event", "render_form", "transcript"]
 
 
 @dataclass
@@ -90,7 +90,13 @@ def _oob(swap: str, inner: str) -> str:
 
 def _parse_tool_content(content: str) -> tuple[str, Any, str | None]:
     if content.startswith("Error:"):
-        status = "aborted" if "was aborted" in content else "failed"
+        status = (
+            "aborted"
+            if "was aborted" in content
+            else "denied"
+            if "denied this tool call" in content
+            else "failed"
+        )
         return status, None, content.removeprefix("Error:").strip()
     try:
         return "completed", json.loads(content), None
@@ -128,8 +134,17 @@ def transcript(messages: list[dict[str, Any]], message_ids: list[str]) -> list[d
     return items
 
 
-def render_event(event: ChatEvent, seen: set[str]) -> str | None:
-    """The out-of-band fragment for ``event``; ``seen`` holds ids this socket already shows."""
+@dataclass
+class SocketView:
+    """What one socket's page already shows: message and tool ids, the approvals listed."""
+
+    seen: set[str] = field(default_factory=set)
+    approvals: tuple[str, ...] = ()
+
+
+def render_event(event: ChatEvent, view: SocketView) -> str | None:
+    """The out-of-band fragment for ``event`` on a page in the state ``view``."""
+    seen = view.seen
     if isinstance(event, UserMessage):
         seen.add(event.message_id)
         item = render_to_string(
@@ -163,7 +178,7 @@ def render_event(event: ChatEvent, seen: set[str]) -> str | None:
         call = ToolCallView(
             event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
         )
-        if event.status == "running" and event.call_id not in seen:
+        if event.status in ("running", "denied") and event.call_id not in seen:
             seen.add(event.call_id)
             return _oob("beforeend:#transcript", tool_card(call))
         return render_to_string(
@@ -187,7 +202,14 @@ def render_event(event: ChatEvent, seen: set[str]) -> str | None:
             "beforeend:#transcript", render_to_string("chatbridge/notice.html", {"event": event})
         )
     if isinstance(event, ConversationState):
-        return render_to_string("chatbridge/status.html", {"state": event, "oob": True})
+        html = render_to_string("chatbridge/status.html", {"state": event, "oob": True})
+        shown = tuple(a.call_id for a in event.approvals)
+        if shown != view.approvals:  # redraw only on change: a half-typed reason survives
+            view.approvals = shown
+            html += render_to_string(
+                "chatbridge/approvals.html", {"approvals": event.approvals, "oob": True}
+            )
+        return html
     if isinstance(event, ErrorEvent):
         return _oob(
             "innerHTML:#errors", render_to_string("chatbridge/error.html", {"event": event})

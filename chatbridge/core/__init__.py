@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from chatbridge.core.auto_form import auto_form
 from chatbridge.core.context import ToolContext
 from chatbridge.core.elicit import (
     Accept,
@@ -31,6 +32,7 @@ from chatbridge.core.exceptions import (
     ToolDefinitionError,
     UnknownElicitKey,
 )
+from chatbridge.core.handoff import create_tool
 from chatbridge.core.journal import JournalEntry
 from chatbridge.core.plugins import (
     FormPost,
@@ -83,6 +85,8 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "UnknownElicitKey",
+    "auto_form",
     "create_mcp_tool",
+    "create_tool",
     "make_plugin",
 ]

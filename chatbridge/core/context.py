@@ -121,6 +121,17 @@ class ToolContext:
         self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
     ) -> ElicitResult[Any]:
         """Ask the user for the response declared for ``key``; suspend until answered."""
+        return await self.elicit_with(key, message=message, context=context, ui=ui)
+
+    async def elicit_with(
+        self,
+        key: str,
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[Any]:
+        """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
         rt = self._rt
         rt.check_aborted()
         model: type[BaseModel] | None = rt.tool.elicits.get(key)

@@ -23,6 +23,7 @@ from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
 from chatbridge.core.observer import observe
 from chatbridge.core.plugins import FormPost, Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
+    ApprovalRequest,
     AssistantDelta,
     AssistantMessage,
     ChatEvent,
@@ -74,12 +75,28 @@ class _Conversation:
     id: str
     phase: Phase = "idle"
     turn: asyncio.Task[None] | None = None
-    pending: dict[str, PendingElicit] = field(default_factory=dict)
+    pending: dict[str, PendingElicit] = field(default_factory=dict)  # call id → open question
+    approvals: dict[str, PendingApproval] = field(default_factory=dict)  # call id → approval
     calls: set[str] = field(default_factory=set)  # tool calls this process ran
+
+    def waiting_phase(self) -> Phase:
+        if self.pending:
+            return "plugin_awaiting_elicit"
+        return "awaiting_approval" if self.approvals else "executing_tools"
 
     @property
     def running(self) -> bool:
         return self.turn is not None and not self.turn.done()
+
+
+@dataclass
+class PendingApproval:
+    """A tool call waiting for the user's approve/deny."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    decision: asyncio.Future[tuple[bool, str]]
 
 
 def dangling_calls(messages: list[dict[str, Any]]) -> list[str]:
@@ -152,6 +169,16 @@ class ChatHub:
             )
         await self.manager.abort(session_id, reason, by="user")
 
+    async def decide(
+        self, conversation_id: str, call_id: str, approved: bool, reason: str = ""
+    ) -> None:
+        """Approve or deny a tool call waiting for approval."""
+        conv = self._conversation(conversation_id)
+        approval = conv.approvals.get(call_id)
+        if approval is None or approval.decision.done():
+            raise CommandRefused("NOT_FOUND", f"Nothing is waiting for approval as {call_id!r}.")
+        approval.decision.set_result((approved, reason.strip()))
+
     def state(self, conversation_id: str) -> ConversationState:
         conv = self._conversation(conversation_id)
         return ConversationState(
@@ -159,6 +186,10 @@ class ChatHub:
             phase=conv.phase,
             running=conv.running,
             pending=list(conv.pending),
+            approvals=[
+                ApprovalRequest(call_id=a.call_id, tool_name=a.tool_name, arguments=a.arguments)
+                for a in conv.approvals.values()
+            ],
         )
 
     def pending_forms(self, conversation_id: str) -> list[Any]:
@@ -233,12 +264,19 @@ class ChatHub:
                 if reply is None or not reply.tool_calls:
                     break
                 await self._phase(conv, "executing_tools")
-                for call in reply.tool_calls:
-                    content = await self.execute_tool_call(conv.id, call)
+                # All calls of a reply run at once: their questions and approvals show together.
+                outcomes = await asyncio.gather(
+                    *(self.execute_tool_call(conv.id, call) for call in reply.tool_calls),
+                    return_exceptions=True,
+                )
+                for call, outcome in zip(reply.tool_calls, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        logger.error("tool call %s failed", call.id, exc_info=outcome)
+                        outcome = f"Error: The tool call failed inside the server: {outcome!r}"
                     await self.store.append(
                         conv.id,
                         uuid.uuid4().hex,
-                        {"role": "tool", "tool_call_id": call.id, "content": content},
+                        {"role": "tool", "tool_call_id": call.id, "content": outcome},
                     )
         except Exception:  # a bug in a turn must not take the conversation down
             logger.exception("turn of conversation %s failed", conv.id)
@@ -249,7 +287,7 @@ class ChatHub:
             conv.turn = None
         with contextlib.suppress(Exception):
             await self._phase(conv, "done")
-        if conv.turn is None and not conv.pending:  # nothing left to remember
+        if conv.turn is None and not conv.pending and not conv.approvals:  # nothing to remember
             self._conversations.pop(conv.id, None)
 
     async def _recover_lost(self, conv: _Conversation, sessions: dict[str, str]) -> None:
@@ -313,6 +351,17 @@ class ChatHub:
         if not isinstance(arguments, dict):
             return f"Error: Arguments for tool {call.name!r} must be a JSON object."
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
+        if plugin.tool.needs_approval:
+            approved, reason = await self._approval(conv, call.id, call.name, arguments)
+            if not approved:
+                why = f": {reason}" if reason else "."
+                await self.sink(
+                    conv.id,
+                    event.model_copy(
+                        update={"status": "denied", "error": f"Denied by the user{why}"}
+                    ),
+                )
+                return f"Error: The user denied this tool call{why}"
         try:
             session = await self.manager.create(
                 plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
@@ -325,6 +374,20 @@ class ChatHub:
         conv.calls.add(call.id)
         await self.sink(conv.id, event)
         return await self._drive(conv, plugin, session, event)
+
+    async def _approval(
+        self, conv: _Conversation, call_id: str, tool_name: str, arguments: dict[str, Any]
+    ) -> tuple[bool, str]:
+        decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        conv.approvals[call_id] = PendingApproval(call_id, tool_name, arguments, decision)
+        request = ApprovalRequest(call_id=call_id, tool_name=tool_name, arguments=arguments)
+        await self.sink(conv.id, request)
+        await self._phase(conv, conv.waiting_phase())
+        try:
+            return await decision
+        finally:
+            conv.approvals.pop(call_id, None)
+            await self._phase(conv, conv.waiting_phase())
 
     async def _drive(
         self, conv: _Conversation, plugin: Plugin, session: PluginSession, started: ToolCallEvent
@@ -372,9 +435,9 @@ class ChatHub:
         self, conv: _Conversation, plugin: Plugin, session: PluginSession, request: ElicitRequest
     ) -> None:
         """Run the plugin's handler for ``request`` until it answers or the session ends."""
-        pending = PendingElicit(request.call_id, session.id, str(request.id), request.key)
+        pending = PendingElicit.for_request(request, session.id)
         conv.pending[request.call_id] = pending
-        await self._phase(conv, "plugin_awaiting_elicit")
+        await self._phase(conv, conv.waiting_phase())
         await self.sink(
             conv.id,
             ElicitStart(
@@ -421,7 +484,7 @@ class ChatHub:
             for task in (handler, ended):
                 task.cancel()
             conv.pending.pop(request.call_id, None)
-            await self._phase(conv, "executing_tools")
+            await self._phase(conv, conv.waiting_phase())
 
     def _sink_for(self, conv: _Conversation) -> Callable[[ChatEvent], Awaitable[None]]:
         async def send(event: ChatEvent) -> None:

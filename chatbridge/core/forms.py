@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.plugins import FieldErrors, FormPost
@@ -30,19 +31,38 @@ class FormRenderer(Protocol):
 
 @dataclass
 class PendingElicit:
-    """A question waiting in a conversation: its ids, the form shown, the post awaited."""
+    """A tool waiting for the user, whatever kind of tool it is (seed 002): its ids, what it
+    asked, whether an answer is being processed, the form shown and the post awaited."""
 
     call_id: str
     session_id: str
+    tool_name: str
     elicit_id: str
     key: str
+    context: dict[str, Any] = field(default_factory=dict)
+    schema: dict[str, Any] = field(default_factory=dict)
+    status: Literal["pending", "responded"] = "pending"
+    since: float = field(default_factory=time.time)
     form: ElicitForm | None = None
     waiter: asyncio.Future[FormPost] | None = None
+
+    @classmethod
+    def for_request(cls, request: ElicitRequest, session_id: str) -> PendingElicit:
+        return cls(
+            call_id=request.call_id,
+            session_id=session_id,
+            tool_name=request.tool_name,
+            elicit_id=str(request.id),
+            key=request.key,
+            context=request.context,
+            schema=request.schema.json,
+        )
 
     def deliver(self, post: FormPost) -> bool:
         """Hand a post to the waiting form; False if nothing is waiting."""
         if self.waiter is None or self.waiter.done():
             return False
+        self.status = "responded"
         self.waiter.set_result(post)
         return True
 
@@ -88,6 +108,7 @@ class FormSurface:
         )
         waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
         self._pending.form, self._pending.waiter = form, waiter
+        self._pending.status = "pending"
         await self._send(form)
         try:
             self._last = await waiter

@@ -92,26 +92,32 @@ class PluginContext:
         context: Mapping[str, Any] | None = None,
         *,
         validate: BusinessCheck | None = None,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Submission[Any]:
         """Show ``template_name`` until the user sends a valid answer, declines or cancels.
 
         ``validate`` adds business rules (a taken seat): it gets the validated model and
-        returns field errors, or nothing when the answer is fine.
+        returns field errors, or nothing when the answer is fine. ``prepare`` turns the raw
+        post into what the model validates (form strings into booleans and lists). The
+        template sees ``request``, ``errors`` and ``values`` (the last post) besides ``context``.
         """
         request = self.request
         model = request.schema.model
         errors: FieldErrors = {}
+        values: dict[str, Any] = {}
         attempts = 0
         while True:
             attempts += 1
-            page = {"request": request, "errors": errors, **(context or {})}
+            page = {"request": request, "errors": errors, "values": values, **(context or {})}
             post = await self._surface.show(template_name, page, errors)
             if post.action == "decline":
                 return Submission(Decline(), post.data, attempts)
             if post.action == "cancel":
                 return Submission(Cancel(), post.data, attempts)
+            values = post.data
+            data = prepare(post.data) if prepare is not None else post.data
             try:
-                result = validate_result(Accept(post.data), model, str(request.id))
+                result = validate_result(Accept(data), model, str(request.id))
             except ElicitValidationError as exc:
                 errors = exc.field_errors()
                 continue
@@ -196,7 +202,10 @@ class PluginRegistry:
         for plugin in plugins:
             self.register(plugin)
 
-    def register(self, plugin: Plugin) -> None:
+    def register(self, plugin: Plugin | McpTool[Any, Any]) -> None:
+        """Add a plugin (or a ``create_tool`` tool, which carries its own ``.plugin``)."""
+        if isinstance(plugin, McpTool) and isinstance(plugin.plugin, Plugin):
+            plugin = plugin.plugin
         if not isinstance(plugin, Plugin):
             raise PluginDefinitionError(
                 getattr(plugin, "name", repr(plugin)),

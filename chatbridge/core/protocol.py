@@ -14,6 +14,7 @@ __all__ = [
     "COMMANDS",
     "Abort",
     "Approve",
+    "ApprovalRequest",
     "AssistantDelta",
     "AssistantMessage",
     "ChatEvent",
@@ -44,6 +45,7 @@ Phase = Literal[
     "streaming",
     "executing_tools",
     "plugin_awaiting_elicit",
+    "awaiting_approval",
     "done",
 ]
 
@@ -86,7 +88,7 @@ class ToolCallEvent(_Event):
     call_id: str
     tool_name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    status: Literal["running", "completed", "failed", "aborted"] = "running"
+    status: Literal["running", "completed", "failed", "aborted", "denied"] = "running"
     result: Any = None
     error: str | None = None
 
@@ -168,14 +170,24 @@ class SessionError(_Event):
     message: str
 
 
+class ApprovalRequest(_Event):
+    """A tool call waits for the user to approve or deny it."""
+
+    type: Literal["approval_request"] = "approval_request"
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class ConversationState(_Event):
-    """Where the conversation's engine is, and which questions are open."""
+    """Where the conversation's engine is, which questions are open, what awaits approval."""
 
     type: Literal["conversation_state"] = "conversation_state"
     conversation_id: str
     phase: Phase
     running: bool
     pending: list[str] = Field(default_factory=list)
+    approvals: list[ApprovalRequest] = Field(default_factory=list)
 
 
 class ErrorEvent(_Event):
@@ -198,6 +210,7 @@ ChatEvent: TypeAlias = Annotated[
     | LogLine
     | ProgressNote
     | SessionError
+    | ApprovalRequest
     | ConversationState
     | ErrorEvent,
     Field(discriminator="type"),
@@ -237,7 +250,7 @@ class Approve(_Command):
 class Deny(_Command):
     type: Literal["deny"]
     call_id: str = _ID
-    reason: str = Field(default="denied by the user", max_length=500)
+    reason: str = Field(default="", max_length=500)
 
 
 Command: TypeAlias = Annotated[

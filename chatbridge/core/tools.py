@@ -51,6 +51,8 @@ class McpTool(Generic[P, R]):
     parameters_model: type[P]
     elicits: Mapping[str, type[BaseModel]]
     fn: ToolFn[P, R] = field(repr=False)
+    needs_approval: bool = False
+    plugin: Any = field(default=None, repr=False, compare=False)  # set by create_tool
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -101,6 +103,7 @@ class McpToolBuilder(Generic[P]):
         self._description = ""
         self._parameters: type[BaseModel] = NoParams
         self._elicits: dict[str, type[BaseModel]] | None = None
+        self._needs_approval = False
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
@@ -111,6 +114,11 @@ class McpToolBuilder(Generic[P]):
         """The pydantic model of the tool's arguments."""
         self._parameters = _check_model(self._name, ".parameters()", model)
         return cast("McpToolBuilder[P2]", self)
+
+    def needs_approval(self, required: bool = True) -> McpToolBuilder[P]:
+        """In the chat, ask the user to approve each call before the tool runs."""
+        self._needs_approval = required
+        return self
 
     def elicits(self, **surface: type[BaseModel]) -> McpToolBuilder[P]:
         """Declare every key the tool may elicit with its response model (may be empty)."""
@@ -141,6 +149,7 @@ class McpToolBuilder(Generic[P]):
             parameters_model=cast("type[P]", self._parameters),
             elicits=dict(self._elicits),
             fn=fn,
+            needs_approval=self._needs_approval,
         )
 
 

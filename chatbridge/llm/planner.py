@@ -161,9 +161,13 @@ def _summarise(tool: str, content: str) -> str:
         data = json.loads(content)
     except ValueError:
         return f"{label} finished: {content[:300]}"
+    if isinstance(data, str):
+        return data[:500]
     if not isinstance(data, dict):
         return f"{label} finished: {json.dumps(data)[:300]}"
-    for flag in ("booked", "ok", "success", "done"):
+    if data.get("cancelled") is True:
+        return f"{label} was cancelled. Tell me if you want to try again."
+    for flag in ("booked", "ok", "success", "done", "received"):
         if data.get(flag) is False:
             reason = data.get("reason") or data.get("error") or "not completed"
             return f"{label} did not go through ({reason}). Tell me if you want to try again."
@@ -218,7 +222,9 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
 def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
     text = _text_of(messages[-1])
     words = _words(text)
-    for tool in tools:
+    calls: list[ToolCall] = []
+    question: Reply | None = None
+    for tool in tools:  # every tool the message asks for is called, in one reply
         if not _matches(tool, words):
             continue
         fn = _tool_function(tool)
@@ -227,13 +233,16 @@ def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
         missing = [r for r in required if r not in args]
         name = str(fn.get("name"))
         if missing:
-            return Reply(
+            question = question or Reply(
                 f"I can {name.replace('_', ' ')} for you, but I need the "
                 f"{' and '.join(m.replace('_', ' ') for m in missing)}. "
                 f'For example: "{name.replace("_", " ")} from JFK to LAX".'
             )
-        return Reply("", [ToolCall(f"call_{_digest(messages, name)[:24]}", name, args)])
-    return _help(tools)
+            continue
+        calls.append(ToolCall(f"call_{_digest(messages, name)[:24]}", name, args))
+    if calls:
+        return Reply("", calls)
+    return question or _help(tools)
 
 
 def _sample(messages: Sequence[Message], max_tokens: int | None) -> str:

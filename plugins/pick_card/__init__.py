@@ -1,0 +1,1 @@
+"""The pick_card plugin: a create_tool handoff demo — deal cards, the user picks one."""

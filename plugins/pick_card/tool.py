@@ -1,0 +1,68 @@
+"""pick_card, written with ``create_tool``: ``before`` deals, ``client`` shows, ``after`` tells."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from chatbridge import PluginContext, Submission, create_tool
+
+__all__ = ["PickCardParams", "PickedCard", "card_name", "deal", "pick_card"]
+
+RANKS = ("A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K")
+RANK_NAMES = {"A": "Ace", "J": "Jack", "Q": "Queen", "K": "King"}
+SUITS = {"S": ("♠", "spades"), "H": ("♥", "hearts"), "D": ("♦", "diamonds"), "C": ("♣", "clubs")}
+
+
+class PickCardParams(BaseModel):
+    count: int = Field(5, ge=1, le=13, description="How many cards to deal")
+
+
+class PickedCard(BaseModel):
+    card: str = Field(min_length=2, max_length=3, description="Code of the picked card, e.g. QH")
+
+
+def card_name(code: str) -> str:
+    rank, suit = code[:-1], code[-1]
+    return f"{RANK_NAMES.get(rank, rank)} of {SUITS[suit][1]}"
+
+
+def _card(code: str) -> dict[str, Any]:
+    rank, suit = code[:-1], code[-1]
+    return {
+        "code": code,
+        "rank": rank,
+        "suit": SUITS[suit][0],
+        "name": card_name(code),
+        "red": suit in "HD",
+    }
+
+
+def deal(params: PickCardParams) -> dict[str, Any]:
+    """Deal ``count`` random cards (run as a recorded step: a replay deals the same hand)."""
+    deck = [f"{rank}{suit}" for suit in SUITS for rank in RANKS]
+    return {"cards": [_card(code) for code in random.sample(deck, params.count)]}
+
+
+async def show_cards(context: dict[str, Any], ctx: PluginContext) -> Submission[Any]:
+    dealt = {card["code"] for card in context["cards"]}
+
+    def in_hand(answer: PickedCard) -> dict[str, str] | None:
+        return None if answer.card in dealt else {"card": "Pick one of the cards on the table."}
+
+    return await ctx.render("pick_card/cards.html", {"cards": context["cards"]}, validate=in_hand)
+
+
+def tell(context: dict[str, Any], answer: dict[str, Any]) -> str:
+    return f"You picked the {card_name(answer['card'])}."
+
+
+pick_card = (
+    create_tool("pick_card")
+    .description("Deal some playing cards face up and let the user pick one.")
+    .parameters(PickCardParams)
+    .handoff(before=deal, client=show_cards, after=tell, message="Pick a card", answer=PickedCard)
+    .build()
+)
