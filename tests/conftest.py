@@ -1,4 +1,4 @@
-"""Shared fixtures: a session manager on the offline model, and an event reader."""
+"""Shared fixtures: session managers, a fresh chat runtime, a real daphne, a real chromium."""
 
 from __future__ import annotations
 
@@ -6,14 +6,19 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import AsyncIterator  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import AsyncIterator, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 from channels.layers import channel_layers  # noqa: E402
+from playwright.async_api import Browser, async_playwright  # noqa: E402
 
 from chatbridge import SessionManager  # noqa: E402
 from chatbridge.chat import runtime  # noqa: E402
 from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
+from tests.servers import CHROMIUM_ARGS, ROOT, free_port, stop, wait_for_port  # noqa: E402
 
 
 @pytest.fixture
@@ -35,3 +40,59 @@ async def fresh_runtime() -> AsyncIterator[None]:
     await runtime.get_session_manager().shutdown()
     runtime.get_hub.cache_clear()
     runtime.get_session_manager.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database and daphne serving the app on a free port."""
+    database = tmp_path_factory.mktemp("browser") / "db.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    port = free_port()
+    log = (tmp_path_factory.getbasetemp() / "daphne.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "chatbridge.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+        log.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium")
+    if executable is None:
+        message = "chromium is not installed (make test installs it when run as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()

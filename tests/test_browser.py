@@ -6,87 +6,17 @@ are written to ``test-artifacts/``.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from plugins.book_flight.data import search_flights, seat_map_for
-from tests.servers import ROOT, free_port, stop, wait_for_port
+from tests.servers import ROOT
 
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 BOOK = "Book a flight from JFK to LAX"
 TICKET = re.compile(r"CB-[A-Z]{2}\d{3}-\d{1,2}[A-F]-[0-9A-F]{6}")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A migrated database and daphne serving the app on a free port."""
-    database = tmp_path_factory.mktemp("browser") / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=120,
-    )
-    port = free_port()
-    log = (tmp_path_factory.getbasetemp() / "daphne.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "chatbridge.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-        log.close()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    executable = shutil.which("chromium")
-    if executable is None:
-        message = "chromium is not installed (make test installs it when run as root)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        await launched.close()
 
 
 async def open_chat(browser: Browser, server: str, **options: object) -> Page:

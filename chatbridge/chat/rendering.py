@@ -74,7 +74,8 @@ def render_form(
 
 def render_result(call: ToolCallView) -> SafeString:
     template = select_template([f"{call.name}/result.html", "chatbridge/tool_result.html"])
-    html: str = template.render({"call": call, "result": call.result})
+    context = {"call": call, "result": call.result, "result_is_text": isinstance(call.result, str)}
+    html: str = template.render(context)
     return mark_safe(html)  # noqa: S308 - rendered by an autoescaping template
 
 

@@ -1,0 +1,134 @@
+"""auto_form: fields from JSON Schema, browser values coerced, the usual validation loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from chatbridge import Accept, ElicitId, ElicitRequest, FormPost, PluginContext, auto_form
+from chatbridge.core.auto_form import coerce_post, form_fields
+from plugins.feedback.tool import Feedback
+
+SCHEMA = Feedback.model_json_schema()
+
+
+def widgets() -> dict[str, tuple[str, bool]]:
+    return {f.name: (f.widget, f.required) for f in form_fields(SCHEMA)}
+
+
+def test_every_field_type_gets_its_widget() -> None:
+    assert widgets() == {
+        "name": ("text", True),
+        "email": ("email", True),
+        "website": ("url", False),
+        "visit_date": ("date", True),
+        "call_back_at": ("datetime-local", False),
+        "rating": ("number", True),
+        "hours_saved": ("number", False),
+        "topic": ("select", True),
+        "contact": ("radio", False),
+        "areas": ("checkboxes", False),
+        "subscribe": ("checkbox", False),
+        "code": ("text", False),
+        "comment": ("textarea", False),
+    }
+    fields = {f.name: f for f in form_fields(SCHEMA)}
+    assert fields["name"].label == "Your name" and fields["name"].attrs == {
+        "minlength": 2,
+        "maxlength": 40,
+    }
+    assert fields["rating"].attrs == {"step": 1, "min": 1, "max": 5}
+    assert fields["rating"].help == "1 (poor) to 5 (great)"
+    assert fields["hours_saved"].attrs == {"step": "any", "min": 0, "max": 100}
+    assert fields["code"].attrs == {"pattern": "^[A-Z]{3}-\\d{3}$"}
+    assert fields["topic"].choices == ("bug", "idea", "praise", "question")
+    assert fields["areas"].choices == ("chat", "tools", "admin", "mcp")
+    assert fields["contact"].default == "email"
+
+
+def test_browser_values_are_coerced_for_validation() -> None:
+    fields = form_fields(SCHEMA)
+    raw = {
+        "name": "Ada",
+        "subscribe": "true",
+        "areas": "chat",
+        "rating": "",
+        "code": "",
+        "unknown": "dropped",
+        "hours_saved": "2.5",
+    }
+    assert coerce_post(fields, raw) == {
+        "name": "Ada",
+        "subscribe": True,
+        "areas": ["chat"],
+        "hours_saved": "2.5",
+    }
+    assert coerce_post(fields, {"areas": ["chat", "mcp"]})["areas"] == ["chat", "mcp"]
+    assert coerce_post(fields, {})["subscribe"] is False
+
+
+class Scripted:
+    def __init__(self, *posts: FormPost) -> None:
+        self.posts = list(posts)
+        self.pages: list[str] = []
+
+    async def show(self, template: str, context: dict[str, Any], errors: Any) -> FormPost:
+        self.pages.append(render_to_string(template, context))
+        return self.posts.pop(0)
+
+
+VALID = {
+    "name": "Ada",
+    "email": "ada@example.org",
+    "visit_date": "2026-11-20",
+    "rating": "5",
+    "topic": "idea",
+    "contact": "phone",
+    "areas": ["chat", "mcp"],
+    "subscribe": "true",
+    "code": "ABC-123",
+    "website": "https://example.org",
+    "call_back_at": "2026-11-23T09:30",
+}
+
+
+async def test_the_form_renders_validates_and_keeps_what_was_typed() -> None:
+    request = ElicitRequest.build(
+        ElicitId("send_feedback", "feedback", "c1", 1), Feedback, "Tell us", {}, {}, None
+    )
+    invalid = {**VALID, "name": "x", "email": "nope", "rating": "9", "code": "abc"}
+    surface = Scripted(FormPost("accept", invalid), FormPost("accept", VALID))
+    result = await auto_form(request, PluginContext(request, surface))
+    assert isinstance(result, Accept)
+    assert result.content.rating == 5 and result.content.areas == ["chat", "mcp"]
+    assert (
+        result.content.subscribe is True and str(result.content.website) == "https://example.org/"
+    )
+    first, second = surface.pages
+    for html in (first,):
+        for snippet in (
+            'type="email"',
+            'type="url"',
+            'type="date"',
+            'type="datetime-local"',
+            'type="number"',
+            'type="checkbox"',
+            'type="radio"',
+            "<select",
+            "<textarea",
+            'pattern="^[A-Z]{3}-\\d{3}$"',
+            'min="1"',
+            'max="5"',
+            "required",
+        ):
+            assert snippet in html, snippet
+        assert 'value="email" checked' in html  # the default
+    for message in (
+        "Your name: String should have at least 2 characters",
+        "Email: String should match pattern",
+        "Rating: Input should be less than or equal to 5",
+        "Ticket code: String should match pattern",
+    ):
+        assert message in second, message
+    assert 'value="9"' in second and 'value="phone" checked' in second  # input kept
