@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from django.conf import Settings
@@ -14,7 +10,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from chatbridge.chat.registry import get_registry
-from tests.servers import ROOT, free_port, stop, wait_for_port
 
 
 def test_tools_page_lists_tools_parameters_and_questions(client: Client) -> None:
@@ -68,39 +63,12 @@ def test_a_misconfigured_plugin_path_is_a_clear_error(settings: Settings) -> Non
         get_registry.cache_clear()
 
 
-@pytest.fixture
-def daphne_url() -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chatbridge.settings"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "chatbridge.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-
-
-def test_daphne_serves_the_tools_page_and_its_stylesheet(daphne_url: str) -> None:
-    with urllib.request.urlopen(daphne_url + "/tools/", timeout=10) as response:
+def test_daphne_serves_the_tools_page_and_its_stylesheet(server: str) -> None:
+    with urllib.request.urlopen(server + "/tools/", timeout=10) as response:
         assert response.status == 200
         html = response.read().decode()
     assert "<code>book_flight</code>" in html and "pick_seat" in html
-    with urllib.request.urlopen(daphne_url + "/static/chatbridge/chat.css", timeout=10) as response:
+    with urllib.request.urlopen(server + "/static/chatbridge/chat.css", timeout=10) as response:
         assert response.status == 200
         assert b"prefers-color-scheme: dark" in response.read()
 
