@@ -9,106 +9,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
-from chatbridge.core.elicit import ElicitRequest, result_to_dict
-from chatbridge.core.exceptions import ChatBridgeError, DuplicateSession, InvalidToolParams
-from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
-from chatbridge.core.observer import observe
-from chatbridge.core.plugins import FormPost, Plugin, PluginContext, PluginRegistry
+from chatbridge.core.conversation import (
+    LOST_SESSION_MESSAGE,
+    CommandRefused,
+    ConversationRuntime,
+    ConversationStore,
+    EventSink,
+    dangling_calls,
+)
+from chatbridge.core.forms import FormRenderer
+from chatbridge.core.plugins import FormPost, PluginRegistry
 from chatbridge.core.protocol import (
     ApprovalRequest,
     AssistantDelta,
     AssistantMessage,
-    ChatEvent,
     ConversationState,
-    ElicitComplete,
     ElicitResponseAck,
     ElicitResponseCommand,
-    ElicitStart,
     ErrorEvent,
-    LogLine,
     Phase,
-    ProgressNote,
     SessionError,
-    ToolCallEvent,
     UserMessage,
 )
-from chatbridge.core.sessions import PluginSession, SessionManager
+from chatbridge.core.sessions import SessionManager
+from chatbridge.core.tool_calls import ToolCallRunner
 
-__all__ = ["LOST_SESSION_MESSAGE", "ChatHub", "CommandRefused", "ConversationStore"]
+__all__ = [
+    "LOST_SESSION_MESSAGE",
+    "ChatHub",
+    "CommandRefused",
+    "ConversationStore",
+    "dangling_calls",
+]
 
 logger = logging.getLogger("chatbridge.engine")
-
-LOST_SESSION_MESSAGE = "Error: Plugin session was lost. Please retry the operation."
-EventSink = Callable[[str, ChatEvent], Awaitable[None]]
-
-
-class CommandRefused(ChatBridgeError):
-    """A command cannot be carried out; ``code`` is machine-readable."""
-
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        super().__init__(message)
-
-
-class ConversationStore(Protocol):
-    """Where a conversation's messages (OpenAI format) and phase are kept."""
-
-    async def messages(self, conversation_id: str) -> list[dict[str, Any]]: ...
-
-    async def append(
-        self, conversation_id: str, message_id: str, message: dict[str, Any]
-    ) -> None: ...
-
-    async def save_phase(self, conversation_id: str, phase: Phase) -> None: ...
-
-
-@dataclass
-class _Conversation:
-    id: str
-    phase: Phase = "idle"
-    turn: asyncio.Task[None] | None = None
-    pending: dict[str, PendingElicit] = field(default_factory=dict)  # call id → open question
-    approvals: dict[str, PendingApproval] = field(default_factory=dict)  # call id → approval
-    calls: set[str] = field(default_factory=set)  # tool calls this process ran
-
-    def waiting_phase(self) -> Phase:
-        if self.pending:
-            return "plugin_awaiting_elicit"
-        return "awaiting_approval" if self.approvals else "executing_tools"
-
-    @property
-    def running(self) -> bool:
-        return self.turn is not None and not self.turn.done()
-
-
-@dataclass
-class PendingApproval:
-    """A tool call waiting for the user's approve/deny."""
-
-    call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    decision: asyncio.Future[tuple[bool, str]]
-
-
-def dangling_calls(messages: list[dict[str, Any]]) -> list[str]:
-    """Ids of assistant tool calls that have no tool message answering them."""
-    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-    return [
-        str(call["id"])
-        for m in messages
-        if m.get("role") == "assistant"
-        for call in m.get("tool_calls") or ()
-        if call.get("id") not in answered
-    ]
 
 
 class ChatHub:
@@ -128,7 +67,14 @@ class ChatHub:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
         self.max_iterations = max_iterations
-        self._conversations: dict[str, _Conversation] = {}
+        self.runner = ToolCallRunner(
+            registry=registry,
+            manager=manager,
+            sink=sink,
+            render_form=render_form,
+            set_phase=self._phase,
+        )
+        self._conversations: dict[str, ConversationRuntime] = {}
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -197,10 +143,6 @@ class ChatHub:
         conv = self._conversations.get(conversation_id)
         return [p.form for p in conv.pending.values() if p.form is not None] if conv else []
 
-    def owns_call(self, conversation_id: str, call_id: str) -> bool:
-        conv = self._conversations.get(conversation_id)
-        return conv is not None and call_id in conv.calls
-
     async def close(self) -> None:
         """Stop every turn without recording anything (process shutdown)."""
         turns = [c.turn for c in self._conversations.values() if c.turn is not None]
@@ -218,25 +160,27 @@ class ChatHub:
 
     # -- the turn ---------------------------------------------------------------------------
 
-    def _conversation(self, conversation_id: str) -> _Conversation:
+    def _conversation(self, conversation_id: str) -> ConversationRuntime:
         conv = self._conversations.get(conversation_id)
         if conv is None:
-            conv = self._conversations[conversation_id] = _Conversation(conversation_id)
+            conv = self._conversations[conversation_id] = ConversationRuntime(conversation_id)
         return conv
 
     def _start(
-        self, conv: _Conversation, lost: list[ElicitResponseCommand], text: str | None = None
+        self, conv: ConversationRuntime, lost: list[ElicitResponseCommand], text: str | None = None
     ) -> None:
         conv.turn = asyncio.create_task(
             self._turn(conv, lost, text), name=f"chatbridge-turn:{conv.id}"
         )
 
-    async def _phase(self, conv: _Conversation, phase: Phase) -> None:
+    async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
         conv.phase = phase
         await self.store.save_phase(conv.id, phase)
         await self.sink(conv.id, self.state(conv.id))
 
-    async def _unmatched_response(self, conv: _Conversation, cmd: ElicitResponseCommand) -> None:
+    async def _unmatched_response(
+        self, conv: ConversationRuntime, cmd: ElicitResponseCommand
+    ) -> None:
         if self.manager.get(cmd.session_id) is not None and cmd.session_id in conv.calls:
             raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
         if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
@@ -246,7 +190,7 @@ class ChatHub:
         self._start(conv, lost=[cmd])
 
     async def _turn(
-        self, conv: _Conversation, lost: list[ElicitResponseCommand], text: str | None
+        self, conv: ConversationRuntime, lost: list[ElicitResponseCommand], text: str | None
     ) -> None:
         try:
             if text is not None:
@@ -290,7 +234,7 @@ class ChatHub:
         if conv.turn is None and not conv.pending and not conv.approvals:  # nothing to remember
             self._conversations.pop(conv.id, None)
 
-    async def _recover_lost(self, conv: _Conversation, sessions: dict[str, str]) -> None:
+    async def _recover_lost(self, conv: ConversationRuntime, sessions: dict[str, str]) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""
         for call_id in dangling_calls(await self.store.messages(conv.id)):
             if self.manager.get(call_id) is not None:
@@ -311,7 +255,7 @@ class ChatHub:
             )
 
     async def _stream_reply(
-        self, conv: _Conversation, messages: list[dict[str, Any]]
+        self, conv: ConversationRuntime, messages: list[dict[str, Any]]
     ) -> Completion | None:
         message_id = uuid.uuid4().hex
         reply = Completion()
@@ -331,7 +275,7 @@ class ChatHub:
             await self.sink(conv.id, AssistantMessage(message_id=message_id, content=reply.text))
         return reply
 
-    def _unique(self, conv: _Conversation, call: ToolCallRequest) -> ToolCallRequest:
+    def _unique(self, conv: ConversationRuntime, call: ToolCallRequest) -> ToolCallRequest:
         """The call with an id no live session uses: providers may omit or reuse ids."""
         if call.id and call.id not in conv.calls and self.manager.get(call.id) is None:
             return call
@@ -339,155 +283,4 @@ class ChatHub:
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
-        conv = self._conversation(conversation_id)
-        plugin = self.registry.get(call.name)
-        if plugin is None:
-            names = ", ".join(p.name for p in self.registry) or "(none)"
-            return f"Error: Unknown tool {call.name!r}. Available tools: {names}."
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except ValueError as exc:
-            return f"Error: Arguments for tool {call.name!r} are not valid JSON: {exc}."
-        if not isinstance(arguments, dict):
-            return f"Error: Arguments for tool {call.name!r} must be a JSON object."
-        event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
-        if plugin.tool.needs_approval:
-            approved, reason = await self._approval(conv, call.id, call.name, arguments)
-            if not approved:
-                why = f": {reason}" if reason else "."
-                await self.sink(
-                    conv.id,
-                    event.model_copy(
-                        update={"status": "denied", "error": f"Denied by the user{why}"}
-                    ),
-                )
-                return f"Error: The user denied this tool call{why}"
-        try:
-            session = await self.manager.create(
-                plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
-            )
-        except (InvalidToolParams, DuplicateSession) as exc:
-            await self.sink(
-                conv.id, event.model_copy(update={"status": "failed", "error": str(exc)})
-            )
-            return f"Error: {exc}"
-        conv.calls.add(call.id)
-        await self.sink(conv.id, event)
-        return await self._drive(conv, plugin, session, event)
-
-    async def _approval(
-        self, conv: _Conversation, call_id: str, tool_name: str, arguments: dict[str, Any]
-    ) -> tuple[bool, str]:
-        decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
-        conv.approvals[call_id] = PendingApproval(call_id, tool_name, arguments, decision)
-        request = ApprovalRequest(call_id=call_id, tool_name=tool_name, arguments=arguments)
-        await self.sink(conv.id, request)
-        await self._phase(conv, conv.waiting_phase())
-        try:
-            return await decision
-        finally:
-            conv.approvals.pop(call_id, None)
-            await self._phase(conv, conv.waiting_phase())
-
-    async def _drive(
-        self, conv: _Conversation, plugin: Plugin, session: PluginSession, started: ToolCallEvent
-    ) -> str:
-        call_id = session.call_id
-        while True:
-            event = await session.next_event()
-            if event.type == "log":
-                await self.sink(
-                    conv.id,
-                    LogLine(
-                        call_id=call_id, level=event.level, message=event.message, data=event.data
-                    ),
-                )
-            elif event.type == "progress":
-                await self.sink(
-                    conv.id,
-                    ProgressNote(
-                        call_id=call_id,
-                        message=event.message,
-                        progress=event.progress,
-                        total=event.total,
-                    ),
-                )
-            elif event.type == "elicit":
-                await self._answer(conv, plugin, session, event.request)
-            elif event.type == "completed":
-                await self.sink(
-                    conv.id,
-                    started.model_copy(update={"status": "completed", "result": event.result}),
-                )
-                return json.dumps(event.result, ensure_ascii=False)
-            elif event.type == "failed":
-                await self.sink(
-                    conv.id, started.model_copy(update={"status": "failed", "error": event.error})
-                )
-                return f"Error: The tool failed: {event.error}"
-            else:
-                await self.sink(
-                    conv.id, started.model_copy(update={"status": "aborted", "error": event.reason})
-                )
-                return f"Error: The tool call was aborted: {event.reason}"
-
-    async def _answer(
-        self, conv: _Conversation, plugin: Plugin, session: PluginSession, request: ElicitRequest
-    ) -> None:
-        """Run the plugin's handler for ``request`` until it answers or the session ends."""
-        pending = PendingElicit.for_request(request, session.id)
-        conv.pending[request.call_id] = pending
-        await self._phase(conv, conv.waiting_phase())
-        await self.sink(
-            conv.id,
-            ElicitStart(
-                session_id=session.id,
-                call_id=request.call_id,
-                elicit_id=str(request.id),
-                key=request.key,
-                message=request.message,
-            ),
-        )
-
-        async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
-            await observe(
-                session.observer, "answer_rejected", session, str(request.id), data, errors
-            )
-
-        surface = FormSurface(
-            request, session.id, pending, self.render_form, self._sink_for(conv), rejected
-        )
-        handler = asyncio.create_task(plugin.handle(request, PluginContext(request, surface)))
-        ended = asyncio.create_task(session.wait_finished())
-        try:
-            await asyncio.wait({handler, ended}, return_when=asyncio.FIRST_COMPLETED)
-            if not handler.done():  # aborted or expired while the form was open
-                return
-            try:
-                result = handler.result()
-                await session.respond_to_elicit(request.id, result)
-            except Exception as exc:  # a plugin bug: stop the tool, tell the model
-                logger.exception("handler for %s failed", request.id)
-                await session.abort(f"the {request.key!r} form failed: {exc}")
-                return
-            data = result_to_dict(result)
-            await self.sink(
-                conv.id,
-                ElicitComplete(
-                    call_id=request.call_id,
-                    elicit_id=str(request.id),
-                    action=data["action"],
-                    content=data.get("content"),
-                ),
-            )
-        finally:
-            for task in (handler, ended):
-                task.cancel()
-            conv.pending.pop(request.call_id, None)
-            await self._phase(conv, conv.waiting_phase())
-
-    def _sink_for(self, conv: _Conversation) -> Callable[[ChatEvent], Awaitable[None]]:
-        async def send(event: ChatEvent) -> None:
-            await self.sink(conv.id, event)
-
-        return send
+        return await self.runner.run(self._conversation(conversation_id), call)

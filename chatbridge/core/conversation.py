@@ -1,0 +1,88 @@
+"""What the engine keeps per conversation, and the contracts around it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chatbridge.core.exceptions import ChatBridgeError
+from chatbridge.core.forms import PendingElicit
+from chatbridge.core.protocol import ChatEvent, Phase
+
+__all__ = [
+    "LOST_SESSION_MESSAGE",
+    "CommandRefused",
+    "ConversationRuntime",
+    "ConversationStore",
+    "EventSink",
+    "PendingApproval",
+    "dangling_calls",
+]
+
+LOST_SESSION_MESSAGE = "Error: Plugin session was lost. Please retry the operation."
+EventSink = Callable[[str, ChatEvent], Awaitable[None]]
+
+
+class CommandRefused(ChatBridgeError):
+    """A command cannot be carried out; ``code`` is machine-readable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class ConversationStore(Protocol):
+    """Where a conversation's messages (OpenAI format) and phase are kept."""
+
+    async def messages(self, conversation_id: str) -> list[dict[str, Any]]: ...
+
+    async def append(
+        self, conversation_id: str, message_id: str, message: dict[str, Any]
+    ) -> None: ...
+
+    async def save_phase(self, conversation_id: str, phase: Phase) -> None: ...
+
+
+@dataclass
+class ConversationRuntime:
+    """One conversation's live state in this process."""
+
+    id: str
+    phase: Phase = "idle"
+    turn: asyncio.Task[None] | None = None
+    pending: dict[str, PendingElicit] = field(default_factory=dict)  # call id → open question
+    approvals: dict[str, PendingApproval] = field(default_factory=dict)  # call id → approval
+    calls: set[str] = field(default_factory=set)  # tool calls this process ran
+
+    def waiting_phase(self) -> Phase:
+        if self.pending:
+            return "plugin_awaiting_elicit"
+        return "awaiting_approval" if self.approvals else "executing_tools"
+
+    @property
+    def running(self) -> bool:
+        return self.turn is not None and not self.turn.done()
+
+
+@dataclass
+class PendingApproval:
+    """A tool call waiting for the user's approve/deny."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    decision: asyncio.Future[tuple[bool, str]]
+
+
+def dangling_calls(messages: list[dict[str, Any]]) -> list[str]:
+    """Ids of assistant tool calls that have no tool message answering them."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    return [
+        str(call["id"])
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or ()
+        if call.get("id") not in answered
+    ]

@@ -1,0 +1,210 @@
+"""Running one tool call in a conversation: approval, session, questions, result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from chatbridge.core.completion import ToolCallRequest
+from chatbridge.core.conversation import ConversationRuntime, EventSink, PendingApproval
+from chatbridge.core.elicit import ElicitRequest, result_to_dict
+from chatbridge.core.exceptions import DuplicateSession, InvalidToolParams
+from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
+from chatbridge.core.observer import observe
+from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
+from chatbridge.core.protocol import (
+    ApprovalRequest,
+    ChatEvent,
+    ElicitComplete,
+    ElicitStart,
+    LogLine,
+    Phase,
+    ProgressNote,
+    ToolCallEvent,
+)
+from chatbridge.core.sessions import PluginSession, SessionManager
+
+__all__ = ["ToolCallRunner"]
+
+logger = logging.getLogger("chatbridge.engine")
+
+
+class ToolCallRunner:
+    """Turns a model's tool call into a session and drives it to the tool message."""
+
+    def __init__(
+        self,
+        *,
+        registry: PluginRegistry,
+        manager: SessionManager,
+        sink: EventSink,
+        render_form: FormRenderer,
+        set_phase: Callable[[ConversationRuntime, Phase], Awaitable[None]],
+    ) -> None:
+        self.registry, self.manager, self.sink = registry, manager, sink
+        self.render_form, self.set_phase = render_form, set_phase
+
+    async def run(self, conv: ConversationRuntime, call: ToolCallRequest) -> str:
+        """Run one tool call to its end; return the tool message for the model."""
+        plugin = self.registry.get(call.name)
+        if plugin is None:
+            names = ", ".join(p.name for p in self.registry) or "(none)"
+            return f"Error: Unknown tool {call.name!r}. Available tools: {names}."
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError as exc:
+            return f"Error: Arguments for tool {call.name!r} are not valid JSON: {exc}."
+        if not isinstance(arguments, dict):
+            return f"Error: Arguments for tool {call.name!r} must be a JSON object."
+        event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
+        if plugin.tool.needs_approval:
+            approved, reason = await self._approval(conv, call.id, call.name, arguments)
+            if not approved:
+                why = f": {reason}" if reason else "."
+                await self.sink(
+                    conv.id,
+                    event.model_copy(
+                        update={"status": "denied", "error": f"Denied by the user{why}"}
+                    ),
+                )
+                return f"Error: The user denied this tool call{why}"
+        try:
+            session = await self.manager.create(
+                plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
+            )
+        except (InvalidToolParams, DuplicateSession) as exc:
+            await self.sink(
+                conv.id, event.model_copy(update={"status": "failed", "error": str(exc)})
+            )
+            return f"Error: {exc}"
+        conv.calls.add(call.id)
+        await self.sink(conv.id, event)
+        return await self._drive(conv, plugin, session, event)
+
+    async def _approval(
+        self, conv: ConversationRuntime, call_id: str, tool_name: str, arguments: dict[str, Any]
+    ) -> tuple[bool, str]:
+        decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        conv.approvals[call_id] = PendingApproval(call_id, tool_name, arguments, decision)
+        request = ApprovalRequest(call_id=call_id, tool_name=tool_name, arguments=arguments)
+        await self.sink(conv.id, request)
+        await self.set_phase(conv, conv.waiting_phase())
+        try:
+            return await decision
+        finally:
+            conv.approvals.pop(call_id, None)
+            await self.set_phase(conv, conv.waiting_phase())
+
+    async def _drive(
+        self,
+        conv: ConversationRuntime,
+        plugin: Plugin,
+        session: PluginSession,
+        started: ToolCallEvent,
+    ) -> str:
+        call_id = session.call_id
+        while True:
+            event = await session.next_event()
+            if event.type == "log":
+                await self.sink(
+                    conv.id,
+                    LogLine(
+                        call_id=call_id, level=event.level, message=event.message, data=event.data
+                    ),
+                )
+            elif event.type == "progress":
+                await self.sink(
+                    conv.id,
+                    ProgressNote(
+                        call_id=call_id,
+                        message=event.message,
+                        progress=event.progress,
+                        total=event.total,
+                    ),
+                )
+            elif event.type == "elicit":
+                await self._answer(conv, plugin, session, event.request)
+            elif event.type == "completed":
+                await self.sink(
+                    conv.id,
+                    started.model_copy(update={"status": "completed", "result": event.result}),
+                )
+                return json.dumps(event.result, ensure_ascii=False)
+            elif event.type == "failed":
+                await self.sink(
+                    conv.id, started.model_copy(update={"status": "failed", "error": event.error})
+                )
+                return f"Error: The tool failed: {event.error}"
+            else:
+                await self.sink(
+                    conv.id, started.model_copy(update={"status": "aborted", "error": event.reason})
+                )
+                return f"Error: The tool call was aborted: {event.reason}"
+
+    async def _answer(
+        self,
+        conv: ConversationRuntime,
+        plugin: Plugin,
+        session: PluginSession,
+        request: ElicitRequest,
+    ) -> None:
+        """Run the plugin's handler for ``request`` until it answers or the session ends."""
+        pending = PendingElicit.for_request(request, session.id)
+        conv.pending[request.call_id] = pending
+        await self.set_phase(conv, conv.waiting_phase())
+        await self.sink(
+            conv.id,
+            ElicitStart(
+                session_id=session.id,
+                call_id=request.call_id,
+                elicit_id=str(request.id),
+                key=request.key,
+                message=request.message,
+            ),
+        )
+
+        async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
+            await observe(
+                session.observer, "answer_rejected", session, str(request.id), data, errors
+            )
+
+        surface = FormSurface(
+            request, session.id, pending, self.render_form, self._sink_for(conv), rejected
+        )
+        handler = asyncio.create_task(plugin.handle(request, PluginContext(request, surface)))
+        ended = asyncio.create_task(session.wait_finished())
+        try:
+            await asyncio.wait({handler, ended}, return_when=asyncio.FIRST_COMPLETED)
+            if not handler.done():  # aborted or expired while the form was open
+                return
+            try:
+                result = handler.result()
+                await session.respond_to_elicit(request.id, result)
+            except Exception as exc:  # a plugin bug: stop the tool, tell the model
+                logger.exception("handler for %s failed", request.id)
+                await session.abort(f"the {request.key!r} form failed: {exc}")
+                return
+            data = result_to_dict(result)
+            await self.sink(
+                conv.id,
+                ElicitComplete(
+                    call_id=request.call_id,
+                    elicit_id=str(request.id),
+                    action=data["action"],
+                    content=data.get("content"),
+                ),
+            )
+        finally:
+            for task in (handler, ended):
+                task.cancel()
+            conv.pending.pop(request.call_id, None)
+            await self.set_phase(conv, conv.waiting_phase())
+
+    def _sink_for(self, conv: ConversationRuntime) -> Callable[[ChatEvent], Awaitable[None]]:
+        async def send(event: ChatEvent) -> None:
+            await self.sink(conv.id, event)
+
+        return send
