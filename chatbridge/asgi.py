@@ -23,9 +23,23 @@ from chatbridge.chat.routing import websocket_urlpatterns  # noqa: E402
 # Plain daphne serves no /static/: let Django do it while developing.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 
+from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
+
+mcp_endpoint = get_mcp_endpoint()
+
+
+async def http_router(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """``/mcp`` goes to the MCP server, everything else to Django."""
+    path = scope.get("path", "")
+    if path == "/mcp" or path.startswith("/mcp/"):
+        await mcp_endpoint(scope, receive, send)
+    else:
+        await http_app(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
+        "http": http_router,
         # Origin checked against ALLOWED_HOSTS; the session and user identify the owner.
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

@@ -164,6 +164,12 @@ CHATBRIDGE_PLUGINS = [
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))
 
+# MCP at /mcp: an optional bearer token, how long requestState stays valid, how long a
+# request notification waits for _respond. Rotate the sealing key with SECRET_KEY_FALLBACKS.
+CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "")
+CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900"))
+CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

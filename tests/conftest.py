@@ -42,6 +42,9 @@ async def fresh_runtime() -> AsyncIterator[None]:
     runtime.get_session_manager.cache_clear()
 
 
+MCP_REQUEST_TIMEOUT = 3
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database and daphne serving the app on a free port."""
@@ -50,6 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         **os.environ,
         "DATABASE_URL": f"sqlite:///{database}",
         "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+        "CHATBRIDGE_MCP_REQUEST_TIMEOUT": str(MCP_REQUEST_TIMEOUT),  # unanswered MCP requests
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],

@@ -51,10 +51,12 @@ class CapabilityHost(Protocol):
     async def complete(self, request: SampleRequest) -> SampleResult:
         """Run an LLM completion."""
 
-    def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
+    async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
         """Publish a log line."""
 
-    def emit_progress(self, message: str, progress: float | None, total: float | None) -> None:
+    async def emit_progress(
+        self, message: str, progress: float | None, total: float | None
+    ) -> None:
         """Publish a progress note."""
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
@@ -217,7 +219,7 @@ class ToolContext:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
         plain = to_json_value(data, "Log data")
         if not self._rt.journal.replaying:
-            self._rt.host.emit_log(level, message, plain)
+            await self._rt.host.emit_log(level, message, plain)
 
     async def notify(
         self, message: str, *, progress: float | None = None, total: float | None = None
@@ -230,7 +232,7 @@ class ToolContext:
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
         if not self._rt.journal.replaying:
-            self._rt.host.emit_progress(message, progress, total)
+            await self._rt.host.emit_progress(message, progress, total)
 
     async def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit."""

@@ -145,6 +145,11 @@ class Plugin:
     def name(self) -> str:
         return self.tool.name
 
+    @property
+    def mcp(self) -> McpTool[Any, Any]:
+        """What an MCP server registers for this plugin (seed 000's ``plugin.mcp``)."""
+        return self.tool
+
     async def handle(self, request: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]:
         """Run the handler for ``request.key`` and validate what it returns."""
         handler = self.handlers.get(request.key)

@@ -264,10 +264,12 @@ class PluginSession:
     async def recorded(self, entry: JournalEntry) -> None:
         await observe(self.observer, "capability_recorded", self, entry)
 
-    def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
+    async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
         self._emit(LogEvent(self.id, level, message, data))
 
-    def emit_progress(self, message: str, progress: float | None, total: float | None) -> None:
+    async def emit_progress(
+        self, message: str, progress: float | None, total: float | None
+    ) -> None:
         self._emit(ProgressEvent(self.id, message, progress, total))
 
     # -- internals --------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""ChatBridge tools served over MCP (DESIGN §6)."""

@@ -1,0 +1,37 @@
+"""The process's MCP endpoint, configured from the Django settings."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+
+from django.conf import settings
+
+from chatbridge.chat.registry import get_registry
+from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.server import McpBridge, McpSettings
+
+__all__ = ["get_mcp_endpoint", "state_key"]
+
+
+def state_key(secret: str) -> bytes:
+    """The requestState sealing key derived from a project secret."""
+    return hashlib.sha256(b"chatbridge.mcp.request-state:" + secret.encode()).digest()
+
+
+@cache
+def get_mcp_endpoint() -> McpEndpoint:
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    bridge = McpBridge(
+        get_registry(),
+        LiteLLMSampler(settings.CHATBRIDGE_MODEL),
+        McpSettings(
+            state_keys=[state_key(s) for s in secrets],
+            state_ttl=settings.CHATBRIDGE_MCP_STATE_TTL,
+            request_timeout=settings.CHATBRIDGE_MCP_REQUEST_TIMEOUT,
+        ),
+    )
+    return McpEndpoint(
+        bridge, allowed_hosts=settings.ALLOWED_HOSTS, token=settings.CHATBRIDGE_MCP_TOKEN
+    )

@@ -1,0 +1,284 @@
+"""The same tools over real MCP, with the official client against daphne (DESIGN §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+from chatbridge import PluginRegistry, ToolDefinitionError, create_mcp_tool, make_plugin
+from chatbridge.core.model_context import extract_context
+from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.server import McpBridge, McpSettings
+from plugins.book_flight.data import search_flights, seat_map_for
+from tests.conftest import MCP_REQUEST_TIMEOUT
+
+ROUTE = {"origin": "JFK", "destination": "LAX"}
+FLIGHTS = search_flights("JFK", "LAX")
+
+
+def free_seat(flight_id: str) -> dict[str, Any]:
+    label = seat_map_for(flight_id).first_free()
+    assert label is not None
+    return {"row": int(label[:-1]), "seat": label[-1]}
+
+
+class Person:
+    """An elicitation callback that reads the context and answers like a person."""
+
+    def __init__(self, flight: int = 0, bad_seat_first: bool = False) -> None:
+        self.flight, self.bad_seat_first = flight, bad_seat_first
+        self.messages: list[str] = []
+        self.contexts: list[dict[str, Any]] = []
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.messages.append(params.message)
+        found = extract_context(params.requested_schema, params.message)
+        self.contexts.append(found)
+        if "flights" in found:
+            return types.ElicitResult(
+                action="accept", content={"flight_id": found["flights"][self.flight]["id"]}
+            )
+        if self.bad_seat_first:
+            self.bad_seat_first = False
+            return types.ElicitResult(action="accept", content={"row": "front", "seat": "A"})
+        return types.ElicitResult(
+            action="accept", content=free_seat(found["seat_map"]["flight_id"])
+        )
+
+
+async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> None:
+    async with Client(f"{server}/mcp", mode="legacy") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"book_flight", "pick_card", "send_feedback", "_respond"}
+    assert tools["book_flight"].input_schema["required"] == ["origin", "destination"]
+    assert tools["book_flight"].description.startswith("Book a flight for the user")
+    assert tools["_respond"].input_schema["required"] == ["request_id", "payload"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_book_flight_end_to_end(server: str, mode: str) -> None:
+    person = Person(flight=1)
+    logs: list[Any] = []
+    progress: list[tuple[float, float | None, str | None]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params.data)
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async with Client(
+        f"{server}/mcp",
+        mode=mode,
+        elicitation_callback=person,
+        logging_callback=on_log,
+        log_level="debug",
+    ) as client:
+        result = await client.call_tool("book_flight", ROUTE, progress_callback=on_progress)
+    assert not result.is_error, result.content
+    booked = result.structured_content
+    assert booked["booked"] is True and booked["flight"] == FLIGHTS[1].number
+    assert booked["seat"] == "{row}{seat}".format(**free_seat(FLIGHTS[1].id))
+    assert booked["ticket"].startswith(f"CB-{FLIGHTS[1].id.replace('-', '')}-")
+    assert "LAX" in booked["tip"]  # sampled on the server
+    assert [c.keys() for c in person.contexts] == [{"flights"}, {"seat_map"}]
+    assert person.messages[0].startswith("Select your flight from JFK to LAX:")
+    assert "\n\n--x-model-context: application/json\n" in person.messages[0]
+    if mode == "legacy":
+        assert progress[0] == (1.0, 4.0, "Found 5 flights") and progress[-1][2] == "Ticket issued"
+        assert {"message": "Searching flights", "origin": "JFK", "destination": "LAX"} in logs
+
+
+async def test_invalid_answers_are_asked_again_with_the_errors(server: str) -> None:
+    person = Person(bad_seat_first=True)
+    async with Client(f"{server}/mcp", mode="legacy", elicitation_callback=person) as client:
+        result = await client.call_tool("book_flight", ROUTE)
+    assert result.structured_content["booked"] is True
+    assert len(person.messages) == 3
+    again = person.messages[2]
+    assert again.startswith("Select your seat on")
+    assert "Your previous answer was not accepted: row: Input should be a valid integer" in again
+    assert again.rstrip().endswith("}")  # the context section still closes the message
+
+
+async def answer_requests(
+    client: Client, requests: asyncio.Queue[dict[str, Any]], flight: int
+) -> None:
+    for _ in range(2):
+        request = await asyncio.wait_for(requests.get(), 10)
+        context = request["context"]
+        if request["request_type"] == "pick_flight":
+            payload = {"flight_id": context["flights"][flight]["id"]}
+        else:
+            payload = free_seat(context["seat_map"]["flight_id"])
+        answer = await client.call_tool(
+            "_respond", {"request_id": request["request_id"], "payload": payload}
+        )
+        assert answer.structured_content["ok"] is True
+
+
+async def test_a_client_that_cannot_elicit_answers_through_respond(server: str) -> None:
+    requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            requests.put_nowait(params.data)
+
+    async with Client(f"{server}/mcp", mode="legacy", logging_callback=on_log) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        first = await asyncio.wait_for(requests.get(), 10)
+        assert (
+            first["request_type"] == "pick_flight"
+            and first["timeout_ms"] == MCP_REQUEST_TIMEOUT * 1000
+        )
+        assert first["schema"]["properties"]["flight_id"]["type"] == "string"
+        requests.put_nowait(first)
+        await answer_requests(client, requests, flight=2)
+        result = await call
+    assert result.structured_content["flight"] == FLIGHTS[2].number
+
+
+async def test_concurrent_calls_stay_apart_by_request_id(server: str) -> None:
+    queues: dict[int, asyncio.Queue[dict[str, Any]]] = {0: asyncio.Queue(), 3: asyncio.Queue()}
+
+    async def run(flight: int) -> dict[str, Any]:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            if isinstance(params.data, dict) and params.data.get("type") == "request":
+                queues[flight].put_nowait(params.data)
+
+        async with Client(f"{server}/mcp", mode="legacy", logging_callback=on_log) as client:
+            call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+            await answer_requests(client, queues[flight], flight)
+            return (await call).structured_content
+
+    first, second = await asyncio.gather(run(0), run(3))
+    assert (first["flight"], second["flight"]) == (FLIGHTS[0].number, FLIGHTS[3].number)
+
+
+async def test_a_client_that_never_answers_gets_a_result_after_the_timeout(server: str) -> None:
+    async with Client(f"{server}/mcp", mode="legacy") as client:
+        result = await asyncio.wait_for(
+            client.call_tool("book_flight", ROUTE), MCP_REQUEST_TIMEOUT + 20
+        )
+    assert result.structured_content == {"booked": False, "reason": "flight selection cancelled"}
+
+
+async def test_unknown_request_ids_are_invalid_params(server: str) -> None:
+    async with Client(f"{server}/mcp", mode="legacy") as client:
+        with pytest.raises(MCPError) as info:
+            await client.call_tool("_respond", {"request_id": "req_nope", "payload": {}})
+    assert info.value.error.code == types.INVALID_PARAMS
+    assert "No open request 'req_nope'" in info.value.error.message
+
+
+async def test_a_tampered_request_state_is_refused(server: str) -> None:
+    # Declaring elicitation (a callback) makes the server use input_required; we drive by hand.
+    async with Client(f"{server}/mcp", mode="2026-07-28", elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        [(key, request)] = first.input_requests.items()
+        assert key.startswith("book_flight:pick_flight:mcp_")
+        state = first.request_state
+        assert "journal" not in state  # sealed, not readable
+        tampered = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+        answer = {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+        with pytest.raises(MCPError) as info:
+            await client.session.call_tool(
+                "book_flight",
+                ROUTE,
+                allow_input_required=True,
+                input_responses=answer,
+                request_state=tampered,
+            )
+        assert "requestState" in info.value.error.message
+        with pytest.raises(MCPError):  # the state is bound to the arguments too
+            await client.session.call_tool(
+                "book_flight",
+                {"origin": "JFK", "destination": "SFO"},
+                allow_input_required=True,
+                input_responses=answer,
+                request_state=state,
+            )
+        second = await client.session.call_tool(
+            "book_flight",
+            ROUTE,
+            allow_input_required=True,
+            input_responses=answer,
+            request_state=state,
+        )
+        assert isinstance(second, types.InputRequiredResult)
+        assert next(iter(second.input_requests)).startswith("book_flight:pick_seat:")
+
+
+def test_foreign_hosts_are_refused(server: str) -> None:
+    request = urllib.request.Request(
+        f"{server}/mcp",
+        data=b"{}",
+        method="POST",
+        headers={"Host": "evil.example", "Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)
+    info.value.close()
+    assert info.value.code == 421
+
+
+def test_models_that_are_not_flat_are_refused_when_the_server_is_built() -> None:
+    class Address(BaseModel):
+        street: str
+
+    class Shipping(BaseModel):
+        name: str
+        address: Address
+
+    async def ship(params: Any, ctx: Any) -> None:
+        return None
+
+    tool = create_mcp_tool("ship").elicits(where=Shipping).execute(ship)
+
+    async def handler(req: Any, ctx: Any) -> Any:
+        return None
+
+    registry = PluginRegistry([make_plugin(tool).on_elicit(where=handler).build()])
+    with pytest.raises(ToolDefinitionError) as info:
+        McpBridge(registry, LiteLLMSampler(), McpSettings(state_keys=[b"k" * 32]))
+    assert str(info.value) == (
+        "Tool 'ship' cannot be served over MCP: the answer to 'where' (Shipping) has field "
+        "'address', which is not a string, number, integer, boolean, enum or list of enum "
+        "strings. MCP form elicitation needs flat models; flatten the model or keep the tool "
+        "in-app only."
+    )
+
+
+async def test_a_bearer_token_guards_the_endpoint() -> None:
+    registry = PluginRegistry()
+    bridge = McpBridge(registry, LiteLLMSampler(), McpSettings(state_keys=[b"k" * 32]))
+    endpoint = McpEndpoint(bridge, allowed_hosts=["127.0.0.1"], token="s3cret")
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(b"authorization", b"Bearer wrong")],
+    }
+    await endpoint(scope, receive, send)
+    assert sent[0]["status"] == 401
+    assert json.loads(sent[1]["body"])["error"] == "unauthorized"
+    assert endpoint._authorised({"headers": [(b"authorization", b"Bearer s3cret")]})
