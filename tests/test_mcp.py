@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
@@ -20,7 +27,9 @@ from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.data import search_flights, seat_map_for
+from plugins.book_flight.plugin import book_flight_plugin
 from tests.conftest import MCP_REQUEST_TIMEOUT
+from tests.servers import ROOT, free_port, stop, wait_for_port
 
 ROUTE = {"origin": "JFK", "destination": "LAX"}
 FLIGHTS = search_flights("JFK", "LAX")
@@ -282,3 +291,94 @@ async def test_a_bearer_token_guards_the_endpoint() -> None:
     assert sent[0]["status"] == 401
     assert json.loads(sent[1]["body"])["error"] == "unauthorized"
     assert endpoint._authorised({"headers": [(b"authorization", b"Bearer s3cret")]})
+
+
+@contextlib.asynccontextmanager
+async def authorised_client(server: str, token: str, person: Person) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        transport = streamable_http_client(f"{server}/mcp", http_client=http)
+        async with Client(transport, mode="2026-07-28", elicitation_callback=person) as client:
+            yield client
+
+
+async def test_request_state_is_bound_to_the_caller(server: str) -> None:
+    async with authorised_client(server, "alice", Person()) as alice:
+        first = await alice.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+    [key] = first.input_requests
+    answer = {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+    async with authorised_client(server, "mallory", Person()) as mallory:
+        with pytest.raises(MCPError) as info:
+            await mallory.session.call_tool(
+                "book_flight",
+                ROUTE,
+                allow_input_required=True,
+                input_responses=answer,
+                request_state=first.request_state,
+            )
+    assert info.value.error.message == "This requestState belongs to another caller."
+
+
+async def test_expired_request_state_is_refused() -> None:
+    bridge = McpBridge(
+        PluginRegistry([book_flight_plugin]),
+        LiteLLMSampler("offline/mcp"),
+        McpSettings(state_keys=[b"k" * 32], state_ttl=0.5),
+    )
+    async with Client(bridge.server, mode="2026-07-28", elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        [key] = first.input_requests
+        await asyncio.sleep(1.0)
+        with pytest.raises(MCPError) as info:
+            await client.session.call_tool(
+                "book_flight",
+                ROUTE,
+                allow_input_required=True,
+                input_responses={
+                    key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})
+                },
+                request_state=first.request_state,
+            )
+    assert info.value.error.message == "Invalid or expired requestState"
+
+
+@pytest.fixture(scope="module")
+def uvicorn_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    database = tmp_path_factory.mktemp("uvicorn") / "db.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+    }
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "chatbridge.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+async def test_the_same_endpoint_works_under_uvicorn(uvicorn_url: str) -> None:
+    async with Client(f"{uvicorn_url}/mcp", mode="legacy", elicitation_callback=Person()) as client:
+        result = await client.call_tool("book_flight", ROUTE)
+    assert result.structured_content["booked"] is True

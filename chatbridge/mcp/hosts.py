@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import BaseModel
 
 from chatbridge.core.elicit import (
@@ -80,12 +82,19 @@ class _Host:
         return await self.sampler(request)
 
     async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
-        await self.ctx.session.send_log_message(
-            level,  # type: ignore[arg-type]
-            {"message": message, **data},
-            logger="chatbridge.tool",
-            related_request_id=self.ctx.request_id,
-        )
+        await self.send_log(level, {"message": message, **data}, "chatbridge.tool")
+
+    async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
+        """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request) but
+        the only notification both protocol eras deliver, so DESIGN §6 uses it deliberately."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await self.ctx.session.send_log_message(
+                level,  # type: ignore[arg-type]
+                data,
+                logger=logger_name,
+                related_request_id=self.ctx.request_id,
+            )
 
     async def emit_progress(
         self, message: str, progress: float | None, total: float | None
@@ -225,7 +234,7 @@ class NotifyHost(_Host):
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
         request_id, future = self.pending.open(request.schema.model, str(request.id), self.caller)
         try:
-            await self.ctx.session.send_log_message(
+            await self.send_log(
                 "notice",
                 {
                     "type": "request",
@@ -237,8 +246,7 @@ class NotifyHost(_Host):
                     "timeout_ms": int(self.timeout * 1000),
                     "respond_with": "_respond",
                 },
-                logger="chatbridge.request",
-                related_request_id=self.ctx.request_id,
+                "chatbridge.request",
             )
             return await asyncio.wait_for(future, self.timeout)
         except TimeoutError:
