@@ -382,3 +382,17 @@ async def test_the_same_endpoint_works_under_uvicorn(uvicorn_url: str) -> None:
     async with Client(f"{uvicorn_url}/mcp", mode="legacy", elicitation_callback=Person()) as client:
         result = await client.call_tool("book_flight", ROUTE)
     assert result.structured_content["booked"] is True
+
+
+async def test_invalid_answers_are_asked_again_over_input_required_too() -> None:
+    bridge = McpBridge(
+        PluginRegistry([book_flight_plugin]),
+        LiteLLMSampler("offline/mcp"),
+        McpSettings(state_keys=[b"k" * 32]),
+    )
+    person = Person(bad_seat_first=True)
+    async with Client(bridge.server, mode="2026-07-28", elicitation_callback=person) as client:
+        result = await client.call_tool("book_flight", ROUTE)
+    assert result.structured_content["booked"] is True
+    assert len(person.messages) == 3
+    assert "Your previous answer was not accepted: row:" in person.messages[2]
