@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "plugins.book_flight",
     "plugins.pick_card",
     "plugins.feedback",
+    "plugins.choose_color",
 ]
 
 MIDDLEWARE = [
@@ -160,6 +161,7 @@ CHATBRIDGE_PLUGINS = [
     "plugins.book_flight.plugin.book_flight_plugin",
     "plugins.pick_card.tool.pick_card",  # a create_tool tool: it carries its .plugin
     "plugins.feedback.tool.feedback_plugin",
+    "plugins.choose_color.tool.choose_color_plugin",
 ]
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))

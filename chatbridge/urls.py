@@ -12,5 +12,6 @@ urlpatterns = [
     path("c/new/", views.new_conversation, name="new_conversation"),
     path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
     path("tools/", views.tools, name="tools"),
+    path("ui/<slug:name>/", views.guest_ui, name="guest_ui"),
     path("admin/", admin.site.urls),
 ]

@@ -68,7 +68,7 @@ class Person:
 async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> None:
     async with Client(f"{server}/mcp", mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"book_flight", "pick_card", "send_feedback", "_respond"}
+    assert set(tools) == {"book_flight", "pick_card", "send_feedback", "choose_color", "_respond"}
     assert tools["book_flight"].input_schema["required"] == ["origin", "destination"]
     assert tools["book_flight"].description.startswith("Book a flight for the user")
     assert tools["_respond"].input_schema["required"] == ["request_id", "payload"]
@@ -396,3 +396,18 @@ async def test_invalid_answers_are_asked_again_over_input_required_too() -> None
     assert result.structured_content["booked"] is True
     assert len(person.messages) == 3
     assert "Your previous answer was not accepted: row:" in person.messages[2]
+
+
+async def test_guest_uis_are_mcp_app_resources_linked_from_their_tools(server: str) -> None:
+    async with Client(f"{server}/mcp", mode="legacy") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        resources = (await client.list_resources()).resources
+        read = await client.read_resource("ui://color-picker")
+    assert tools["choose_color"].meta == {"ui": {"resourceUri": "ui://color-picker"}}
+    assert tools["book_flight"].meta is None or "ui" not in tools["book_flight"].meta
+    assert [(str(r.uri), r.mime_type) for r in resources] == [
+        ("ui://color-picker", "text/html;profile=mcp-app")
+    ]
+    [page] = read.contents
+    assert page.mime_type == "text/html;profile=mcp-app"
+    assert "ui/submit-elicitation" in page.text and "Custom colour (hex)" in page.text

@@ -10,7 +10,7 @@ from django.utils.module_loading import import_string
 
 from chatbridge.core import McpTool, Plugin, PluginRegistry
 
-__all__ = ["get_registry"]
+__all__ = ["get_registry", "get_ui_resources"]
 
 
 @cache
@@ -33,3 +33,14 @@ def get_registry() -> PluginRegistry:
             )
         registry.register(plugin)
     return registry
+
+
+@cache
+def get_ui_resources() -> dict[str, str]:
+    """Every plugin's guest UI: ``ui://`` URI → template name."""
+    resources: dict[str, str] = {}
+    for plugin in get_registry():
+        for uri, template in plugin.ui_resources.items():
+            if resources.setdefault(uri, template) != template:
+                raise ImproperlyConfigured(f"Two plugins serve the guest UI {uri!r}.")
+    return resources

@@ -7,10 +7,11 @@ from uuid import UUID
 
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST, require_safe
 
 from chatbridge.chat.models import Conversation
-from chatbridge.chat.registry import get_registry
+from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.store import owner_key
 from chatbridge.core.schema import FieldInfo, describe_fields
@@ -94,3 +95,25 @@ def tools(request: HttpRequest) -> HttpResponse:
         for plugin in get_registry()
     ]
     return render(request, "chatbridge/tools.html", {"tools": cards})
+
+
+# A guest UI may run its own inline code and styles, and nothing else: no network, no forms,
+# no navigation, and only this site may frame it (it runs in a sandboxed iframe).
+GUEST_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data:; font-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+)
+
+
+@require_safe
+@xframe_options_sameorigin
+def guest_ui(request: HttpRequest, name: str) -> HttpResponse:
+    """A plugin's guest UI page (``ui://<name>``), for the sandboxed iframe of a question."""
+    template = get_ui_resources().get(f"ui://{name}")
+    if template is None:
+        raise Http404("No such guest UI.")
+    response = render(request, template, {})
+    response["Content-Security-Policy"] = GUEST_CSP
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

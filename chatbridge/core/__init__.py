@@ -32,6 +32,7 @@ from chatbridge.core.exceptions import (
     ToolDefinitionError,
     UnknownElicitKey,
 )
+from chatbridge.core.guest_ui import guest_ui
 from chatbridge.core.handoff import create_tool
 from chatbridge.core.journal import JournalEntry
 from chatbridge.core.plugins import (
@@ -88,5 +89,6 @@ __all__ = [
     "auto_form",
     "create_mcp_tool",
     "create_tool",
+    "guest_ui",
     "make_plugin",
 ]

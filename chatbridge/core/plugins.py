@@ -93,6 +93,7 @@ class PluginContext:
         *,
         validate: BusinessCheck | None = None,
         prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        precheck: Callable[[dict[str, Any]], FieldErrors] | None = None,
     ) -> Submission[Any]:
         """Show ``template_name`` until the user sends a valid answer, declines or cancels.
 
@@ -100,6 +101,7 @@ class PluginContext:
         returns field errors, or nothing when the answer is fine. ``prepare`` turns the raw
         post into what the model validates (form strings into booleans and lists). The
         template sees ``request``, ``errors`` and ``values`` (the last post) besides ``context``.
+        ``precheck`` validates the prepared data before the model does (a JSON Schema check).
         """
         request = self.request
         model = request.schema.model
@@ -116,6 +118,11 @@ class PluginContext:
                 return Submission(Cancel(), post.data, attempts)
             values = post.data
             data = prepare(post.data) if prepare is not None else post.data
+            if precheck is not None:
+                found = precheck(data)
+                if found:
+                    errors = found
+                    continue
             try:
                 result = validate_result(Accept(data), model, str(request.id))
             except ElicitValidationError as exc:
@@ -136,10 +143,11 @@ ElicitHandler = Callable[[ElicitRequest, PluginContext], Awaitable[ElicitResult[
 
 @dataclass(frozen=True)
 class Plugin:
-    """A tool with a handler for every key it elicits."""
+    """A tool with a handler for every key it elicits, and the guest UIs it serves."""
 
     tool: McpTool[Any, Any]
     handlers: Mapping[str, ElicitHandler]
+    ui_resources: Mapping[str, str] = field(default_factory=dict)  # ui:// URI → template
 
     @property
     def name(self) -> str:
@@ -170,6 +178,18 @@ class PluginBuilder:
             )
         self._tool = tool
         self._handlers: dict[str, ElicitHandler] = {}
+        self._ui: dict[str, str] = {}
+
+    def ui_resource(self, uri: str, template_name: str) -> PluginBuilder:
+        """Serve ``template_name`` as the guest UI ``uri`` (``ui://name``, seed 004)."""
+        name = uri.removeprefix("ui://")
+        if not uri.startswith("ui://") or not name or not name.replace("-", "").isalnum():
+            raise PluginDefinitionError(
+                self._tool.name,
+                detail=f"a guest UI URI looks like 'ui://color-picker'; got {uri!r}",
+            )
+        self._ui[uri] = template_name
+        return self
 
     def on_elicit(self, **handlers: ElicitHandler) -> PluginBuilder:
         """Register handlers by key (may be called several times)."""
@@ -191,7 +211,7 @@ class PluginBuilder:
             raise PluginDefinitionError(
                 self._tool.name, missing=declared - given, extra=given - declared
             )
-        return Plugin(self._tool, dict(self._handlers))
+        return Plugin(self._tool, dict(self._handlers), dict(self._ui))
 
 
 def make_plugin(tool: McpTool[Any, Any]) -> PluginBuilder:

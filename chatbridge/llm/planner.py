@@ -76,7 +76,8 @@ def _tool_function(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+    # British spellings match American tool names: "choose a colour" → choose_color.
+    return re.findall(r"[a-z0-9]+", text.lower().replace("colour", "color"))
 
 
 def _matches(tool: Mapping[str, Any], words: Sequence[str]) -> bool:

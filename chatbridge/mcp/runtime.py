@@ -6,8 +6,9 @@ import hashlib
 from functools import cache
 
 from django.conf import settings
+from django.template.loader import render_to_string
 
-from chatbridge.chat.registry import get_registry
+from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
@@ -31,6 +32,7 @@ def get_mcp_endpoint() -> McpEndpoint:
             state_ttl=settings.CHATBRIDGE_MCP_STATE_TTL,
             request_timeout=settings.CHATBRIDGE_MCP_REQUEST_TIMEOUT,
         ),
+        render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
     )
     return McpEndpoint(
         bridge, allowed_hosts=settings.ALLOWED_HOSTS, token=settings.CHATBRIDGE_MCP_TOKEN

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from chatbridge.mcp.hosts import (
     wire_request,
 )
 
-__all__ = ["RESPOND_TOOL", "McpBridge", "McpSettings"]
+__all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
@@ -54,6 +54,10 @@ _RESPOND_SCHEMA = {
     },
     "required": ["request_id", "payload"],
 }
+
+
+MCP_APP_MIME = "text/html;profile=mcp-app"
+UiRenderer = Callable[[str], str]  # ui:// URI → the guest page's HTML
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,18 @@ def _error(message: str) -> types.CallToolResult:
 class McpBridge:
     """Builds and holds the lowlevel MCP ``Server`` for a plugin registry."""
 
-    def __init__(self, registry: PluginRegistry, sampler: Sampler, settings: McpSettings) -> None:
+    def __init__(
+        self,
+        registry: PluginRegistry,
+        sampler: Sampler,
+        settings: McpSettings,
+        render_ui: UiRenderer | None = None,
+    ) -> None:
         self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in registry}
+        # Guest UIs (seed 004) as MCP Apps resources, linked from their tools' _meta.ui.
+        self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in registry if p.ui_resources}
+        self.ui_uris = sorted({uri for p in registry for uri in p.ui_resources})
+        self.render_ui = render_ui
         # Refuse models MCP forms cannot carry now, not on the first call.
         self.flat = {
             name: {key: flat_schema(name, key, model) for key, model in tool.elicits.items()}
@@ -105,6 +119,8 @@ class McpBridge:
             version="1.0",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
             get_tool_input_schema=self._input_schema,
         )
         security = RequestStateSecurity(keys=list(settings.state_keys), ttl=settings.state_ttl)
@@ -122,7 +138,14 @@ class McpBridge:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         listed = [
-            types.Tool(name=t.name, description=t.description, input_schema=t.parameters_schema)
+            types.Tool(
+                name=t.name,
+                description=t.description,
+                input_schema=t.parameters_schema,
+                _meta={"ui": {"resourceUri": self.ui_of_tool[t.name]}}
+                if t.name in self.ui_of_tool
+                else None,
+            )
             for t in self.tools.values()
         ]
         listed.append(
@@ -133,6 +156,27 @@ class McpBridge:
             )
         )
         return types.ListToolsResult(tools=listed)
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri=uri, name=uri.removeprefix("ui://"), mime_type=MCP_APP_MIME)
+                for uri in self.ui_uris
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri not in self.ui_uris or self.render_ui is None:
+            raise MCPError(types.INVALID_PARAMS, f"No resource {uri!r}.")
+        html = self.render_ui(uri)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=MCP_APP_MIME, text=html)]
+        )
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

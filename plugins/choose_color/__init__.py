@@ -1,0 +1,1 @@
+"""The choose_color plugin: a question delegated to a sandboxed guest UI (seed 004)."""

@@ -1,0 +1,77 @@
+"""guest_ui on the server: the schema is the authority, errors go back, the model follows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from chatbridge import Accept, Decline, ElicitId, ElicitRequest, FormPost, PluginContext, guest_ui
+from chatbridge.core.guest_ui import JSON_FIELD, schema_errors
+from plugins.choose_color.tool import ColorChoice, choose_color_plugin
+
+SCHEMA = ColorChoice.model_json_schema()
+UI = {"uri": "ui://color-picker", "mode": "modal", "context": {"theme": "dark"}}
+
+
+def request(ui: Any = UI) -> ElicitRequest:
+    return ElicitRequest.build(
+        ElicitId("choose_color", "color", "c1", 1), ColorChoice, "Pick", {}, {}, ui
+    )
+
+
+class Host:
+    """The browser host: relays the guest's submissions as the page's form does."""
+
+    def __init__(self, *posts: FormPost) -> None:
+        self.posts = list(posts)
+        self.shown: list[dict[str, Any]] = []
+
+    async def show(self, template: str, context: dict[str, Any], errors: Any) -> FormPost:
+        self.shown.append({"template": template, "errors": errors, **context})
+        return self.posts.pop(0)
+
+
+def guest(action: str = "accept", **content: Any) -> FormPost:
+    return FormPost(action, {JSON_FIELD: json.dumps(content)})  # type: ignore[arg-type]
+
+
+def test_schema_errors_are_reported_by_field() -> None:
+    assert schema_errors(SCHEMA, {"color": "#12ab34"}) == {}
+    assert schema_errors(SCHEMA, {}) == {"color": ["This field is required."]}
+    assert schema_errors(SCHEMA, {"color": "#zzz", "name": 5}) == {
+        "color": ["'#zzz' does not match '^#[0-9a-fA-F]{6}$'"],
+        "name": ["5 is not valid under any of the given schemas"],
+    }
+    assert schema_errors(SCHEMA, ["not", "an", "object"]) == {
+        "__all__": ["['not', 'an', 'object'] is not of type 'object'"]
+    }
+
+
+async def test_invalid_submissions_go_back_to_the_guest_and_never_reach_the_tool() -> None:
+    host = Host(guest(color="#zzz"), guest(color="#12AB34", name="Moss"))
+    result = await guest_ui(request(), PluginContext(request(), host))
+    assert result == Accept(ColorChoice(color="#12AB34", name="Moss"))
+    first, second = host.shown
+    assert first["template"] == "chatbridge/guest_ui.html" and first["mode"] == "modal"
+    assert first["guest_context"] == {"theme": "dark"} and first["errors"] == {}
+    assert second["errors"] == {"color": ["'#zzz' does not match '^#[0-9a-fA-F]{6}$'"]}
+    assert json.loads(second["values"][JSON_FIELD]) == {"color": "#zzz"}
+
+
+async def test_garbage_json_and_decline() -> None:
+    host = Host(FormPost("accept", {JSON_FIELD: "{oops"}), guest("decline"))
+    assert await guest_ui(request(), PluginContext(request(), host)) == Decline()
+    assert host.shown[1]["errors"] == {"color": ["This field is required."]}
+
+
+async def test_a_question_without_a_ui_uri_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="guest_ui needs ctx.elicit\\(..., ui="):
+        await guest_ui(request(ui=None), PluginContext(request(ui=None), Host()))
+
+
+def test_the_plugin_serves_its_guest_ui() -> None:
+    assert choose_color_plugin.ui_resources == {
+        "ui://color-picker": "choose_color/color_picker.html"
+    }
