@@ -233,3 +233,15 @@ async def test_a_second_message_while_a_tool_waits_is_refused(chat: ChatClient) 
         "code": "BUSY",
         "message": "Please wait for the current reply, or abort the running tool.",
     }
+
+
+async def test_a_question_nobody_answers_expires_and_the_model_is_told(chat: ChatClient) -> None:
+    runtime.get_session_manager().idle_timeout = 0.3
+    await chat.send_user(BOOK)
+    await chat.next("elicit", key="pick_flight")
+    expired = await chat.next("elicit_complete", timeout=10)
+    assert (expired["action"], expired["note"]) == ("cancel", "expired: no answer in time")
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result == {"booked": False, "reason": "flight selection cancelled"}
+    reply = await chat.next("assistant_message")
+    assert "did not go through (flight selection cancelled)" in reply["content"]

@@ -326,7 +326,7 @@ async def test_status_is_awaiting_sample_during_a_completion() -> None:
     assert statuses == ["awaiting_sample"]
 
 
-async def test_idle_sessions_are_aborted_after_the_timeout() -> None:
+async def test_unanswered_questions_expire_as_cancel_after_the_timeout() -> None:
     now = [1000.0]
     mgr = SessionManager(idle_timeout=60, clock=lambda: now[0])
     session = await mgr.create(trip_tool, {"city": "Oslo", "nights": 1}, call_id="idle")
@@ -336,7 +336,11 @@ async def test_idle_sessions_are_aborted_after_the_timeout() -> None:
     assert mgr.list_active()[0].idle_seconds == 59
     now[0] += 2
     assert await mgr.reap_idle() == ["idle"]
-    assert await until_pause(session) == [("aborted", "no answer for 60s (idle timeout)")]
+    # The tool sees Cancel for the hotel question and finishes on its own terms.
+    assert await until_pause(session) == [("completed", {"booked": False, "reason": "cancel"})]
+    assert session.journal == [
+        {"seq": 1, "kind": "elicit", "key": "pick_hotel", "result": {"action": "cancel"}}
+    ]
     assert mgr.get("idle") is None
     await mgr.shutdown()
 
@@ -346,7 +350,7 @@ async def test_the_reaper_runs_by_itself() -> None:
     session = await mgr.create(trip_tool, {"city": "Oslo", "nights": 1}, call_id="idle")
     await until_pause(session)
     assert await until_pause(session, timeout=5) == [
-        ("aborted", "no answer for 0.2s (idle timeout)")
+        ("completed", {"booked": False, "reason": "cancel"})
     ]
     await mgr.shutdown()
 

@@ -138,6 +138,7 @@ class ElicitComplete(_Event):
     elicit_id: str
     action: Literal["accept", "decline", "cancel"]
     content: dict[str, Any] | None = None
+    note: str | None = None  # e.g. why a question was cancelled
 
 
 class LogLine(_Event):

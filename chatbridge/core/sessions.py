@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from chatbridge.core.context import CallRuntime, ToolContext
 from chatbridge.core.elicit import (
+    Cancel,
     ElicitId,
     ElicitRequest,
     ElicitResult,
@@ -202,6 +203,30 @@ class PluginSession:
         self._pending = None
         self._touch()
         future.set_result(validated)
+
+    async def expire(self) -> bool:
+        """Answer the pending question with ``Cancel`` (nobody answered in time)."""
+        pending = self._pending
+        if pending is None or pending[1].done():
+            return False
+        self._pending = None
+        self._touch()
+        await observe(
+            self.observer,
+            "answer_rejected",
+            self,
+            str(pending[0].id),
+            {},
+            {"__all__": ["expired: no answer in time"]},
+        )
+        pending[1].set_result(Cancel())
+        return True
+
+    async def question_closed(self, elicit_id: ElicitId | str) -> None:
+        """Wait until the question ``elicit_id`` is no longer pending (answered or expired)."""
+        pending = self._pending
+        if pending is not None and str(pending[0].id) == str(elicit_id):
+            await asyncio.wait({pending[1]})
 
     async def abort(
         self, reason: str = "aborted", *, by: str | None = None, grace: float = 5.0
@@ -411,13 +436,14 @@ class SessionManager:
         return len(self._sessions)
 
     async def reap_idle(self) -> list[str]:
-        """Abort sessions that waited longer than ``idle_timeout``; return their ids."""
+        """Expire questions unanswered longer than ``idle_timeout`` (the tool gets ``Cancel``);
+        return the ids of the sessions concerned."""
         if self.idle_timeout is None:
             return []
         limit = self.idle_timeout
         idle = [s for s in self._sessions.values() if s.idle_seconds() > limit]
         for session in idle:
-            await session.abort(f"no answer for {limit:g}s (idle timeout)")
+            await session.expire()
         return [s.id for s in idle]
 
     async def shutdown(self, reason: str = "server shutting down") -> None:

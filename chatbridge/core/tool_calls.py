@@ -176,10 +176,21 @@ class ToolCallRunner:
         )
         handler = asyncio.create_task(plugin.handle(request, PluginContext(request, surface)))
         ended = asyncio.create_task(session.wait_finished())
+        closed = asyncio.create_task(session.question_closed(request.id))
         try:
-            await asyncio.wait({handler, ended}, return_when=asyncio.FIRST_COMPLETED)
-            if not handler.done():  # aborted or expired while the form was open
-                return
+            await asyncio.wait({handler, ended, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not handler.done():
+                if closed.done() and not ended.done():  # nobody answered in time: Cancel
+                    await self.sink(
+                        conv.id,
+                        ElicitComplete(
+                            call_id=request.call_id,
+                            elicit_id=str(request.id),
+                            action="cancel",
+                            note="expired: no answer in time",
+                        ),
+                    )
+                return  # else aborted while the form was open
             try:
                 result = handler.result()
                 await session.respond_to_elicit(request.id, result)
@@ -198,7 +209,7 @@ class ToolCallRunner:
                 ),
             )
         finally:
-            for task in (handler, ended):
+            for task in (handler, ended, closed):
                 task.cancel()
             conv.pending.pop(request.call_id, None)
             await self.set_phase(conv, conv.waiting_phase())
