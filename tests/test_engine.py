@@ -48,6 +48,12 @@ class MemoryStore:
     async def save_phase(self, conversation_id: str, phase: Any) -> None:
         self.phases.append(phase)
 
+    async def resumable(self, conversation_id: str) -> list[Any]:
+        return []  # nothing survives a restart in memory
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        return False
+
 
 class Broken(BaseModel):
     n: int

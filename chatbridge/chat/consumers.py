@@ -95,6 +95,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         await self.send_event(hub.state(self.conversation_id))
         for form in hub.pending_forms(self.conversation_id):
             await self.send_event(form)
+        # Calls suspended in a process that is gone come back by replay (their forms follow).
+        await hub.recover(self.conversation_id)
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "conversation_id"):

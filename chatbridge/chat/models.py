@@ -91,6 +91,10 @@ class ToolSession(models.Model):
     error = models.TextField(blank=True, default="")
     aborted_by = models.CharField(max_length=150, blank=True, default="")
     aborted_at = models.DateTimeField(null=True, blank=True)
+    resumes = models.PositiveIntegerField(
+        default=0, help_text="times the call was resumed by replaying its journal"
+    )
+    last_resumed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -6,9 +6,12 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
+from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, Message, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
+from chatbridge.chat.recorder import WORKER_ID
+from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
 
 __all__ = ["DjangoStore", "owner_key"]
@@ -51,6 +54,22 @@ def _save_phase(conversation_id: str, phase: str) -> None:
     ToolSession.objects.filter(conversation_id=conversation_id, ended_at=None).update(phase=phase)
 
 
+def _resumable(conversation_id: str) -> list[ResumableCall]:
+    return [
+        ResumableCall(s.id, s.tool_name, dict(s.arguments), s.journal_entries(), s.worker)
+        for s in ToolSession.objects.filter(
+            conversation_id=conversation_id, status__in=ACTIVE_STATUSES
+        ).order_by("created_at")
+    ]
+
+
+def _claim(call_id: str, worker: str) -> bool:
+    taken = ToolSession.objects.filter(
+        pk=call_id, worker=worker, status__in=ACTIVE_STATUSES
+    ).update(worker=WORKER_ID, resumes=F("resumes") + 1, last_resumed_at=timezone.now())
+    return taken == 1
+
+
 class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
 
@@ -62,3 +81,9 @@ class DjangoStore:
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
         await sync_to_async(_save_phase)(conversation_id, phase)
+
+    async def resumable(self, conversation_id: str) -> list[ResumableCall]:
+        return await sync_to_async(_resumable)(conversation_id)
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        return await sync_to_async(_claim)(call_id, worker)

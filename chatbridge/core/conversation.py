@@ -18,6 +18,7 @@ __all__ = [
     "ConversationStore",
     "EventSink",
     "PendingApproval",
+    "ResumableCall",
     "dangling_calls",
 ]
 
@@ -43,6 +44,25 @@ class ConversationStore(Protocol):
     ) -> None: ...
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None: ...
+
+    async def resumable(self, conversation_id: str) -> list[ResumableCall]:
+        """Tool calls of the conversation recorded as live, with their durable journals."""
+        ...
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        """Take a call over from ``worker`` (compare-and-set): True for exactly one claimer."""
+        ...
+
+
+@dataclass(frozen=True)
+class ResumableCall:
+    """A suspended tool call that can be resumed by replaying its journal."""
+
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    journal: list[dict[str, Any]]
+    worker: str
 
 
 @dataclass

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
@@ -20,6 +21,7 @@ from chatbridge.core.conversation import (
     ConversationRuntime,
     ConversationStore,
     EventSink,
+    ResumableCall,
     dangling_calls,
 )
 from chatbridge.core.forms import FormRenderer
@@ -63,10 +65,12 @@ class ChatHub:
         render_form: FormRenderer,
         model: str,
         max_iterations: int = 8,
+        owner_alive: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
         self.max_iterations = max_iterations
+        self.owner_alive = owner_alive  # is another worker holding a call? (scale-out)
         self.runner = ToolCallRunner(
             registry=registry,
             manager=manager,
@@ -167,11 +171,51 @@ class ChatHub:
         return conv
 
     def _start(
-        self, conv: ConversationRuntime, lost: list[ElicitResponseCommand], text: str | None = None
+        self,
+        conv: ConversationRuntime,
+        lost: list[ElicitResponseCommand],
+        text: str | None = None,
+        resume: Sequence[ResumableCall] = (),
     ) -> None:
         conv.turn = asyncio.create_task(
-            self._turn(conv, lost, text), name=f"chatbridge-turn:{conv.id}"
+            self._turn(conv, lost, text, resume), name=f"chatbridge-turn:{conv.id}"
         )
+
+    async def recover(self, conversation_id: str) -> bool:
+        """Resume the conversation's suspended calls that no live worker holds (by replay)."""
+        conv = self._conversation(conversation_id)
+        if conv.running:
+            return False
+        claimed = await self._claim(conv)
+        if claimed and not conv.running:
+            self._start(conv, lost=[], resume=claimed)
+            return True
+        return False
+
+    async def _claim(self, conv: ConversationRuntime) -> list[ResumableCall]:
+        claimed = []
+        for call in await self.store.resumable(conv.id):
+            if self.manager.get(call.call_id) is not None:
+                continue  # live here
+            if self.owner_alive is not None and await self.owner_alive(call.worker):
+                continue  # live on another worker
+            if await self.store.claim(call.call_id, call.worker):
+                claimed.append(call)
+        return claimed
+
+    async def _deliver_when_shown(
+        self, conv: ConversationRuntime, cmd: ElicitResponseCommand, timeout: float = 10.0
+    ) -> None:
+        """Deliver an answer once its (replayed) question is shown again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            pending = conv.pending.get(cmd.call_id)
+            if pending is not None and pending.waiter is not None:
+                await self.elicit_response(conv.id, cmd)
+                return
+            await asyncio.sleep(0.02)
+        raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
 
     async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
         conv.phase = phase
@@ -182,17 +226,34 @@ class ChatHub:
         self, conv: ConversationRuntime, cmd: ElicitResponseCommand
     ) -> None:
         if self.manager.get(cmd.session_id) is not None and cmd.session_id in conv.calls:
-            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
+            await self._deliver_when_shown(conv, cmd)  # being replayed: its form comes back
+            return
         if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
+        if await self.recover(conv.id):  # its journal survived: resume, then answer
+            await self._deliver_when_shown(conv, cmd)
+            return
         if conv.running:
             raise CommandRefused("BUSY", "Please wait for the current reply.")
         self._start(conv, lost=[cmd])
 
     async def _turn(
-        self, conv: ConversationRuntime, lost: list[ElicitResponseCommand], text: str | None
+        self,
+        conv: ConversationRuntime,
+        lost: list[ElicitResponseCommand],
+        text: str | None,
+        resume: Sequence[ResumableCall] = (),
     ) -> None:
         try:
+            if resume:  # finish the suspended calls first: their results belong before anything
+                await self._phase(conv, "executing_tools")
+                await self._append_results(
+                    conv,
+                    [c.call_id for c in resume],
+                    await asyncio.gather(
+                        *(self.runner.resume(conv, c) for c in resume), return_exceptions=True
+                    ),
+                )
             if text is not None:
                 message_id = uuid.uuid4().hex
                 await self.store.append(conv.id, message_id, {"role": "user", "content": text})
@@ -213,15 +274,7 @@ class ChatHub:
                     *(self.execute_tool_call(conv.id, call) for call in reply.tool_calls),
                     return_exceptions=True,
                 )
-                for call, outcome in zip(reply.tool_calls, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        logger.error("tool call %s failed", call.id, exc_info=outcome)
-                        outcome = f"Error: The tool call failed inside the server: {outcome!r}"
-                    await self.store.append(
-                        conv.id,
-                        uuid.uuid4().hex,
-                        {"role": "tool", "tool_call_id": call.id, "content": outcome},
-                    )
+                await self._append_results(conv, [c.id for c in reply.tool_calls], outcomes)
         except Exception:  # a bug in a turn must not take the conversation down
             logger.exception("turn of conversation %s failed", conv.id)
             failed = ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry.")
@@ -233,6 +286,22 @@ class ChatHub:
             await self._phase(conv, "done")
         if conv.turn is None and not conv.pending and not conv.approvals:  # nothing to remember
             self._conversations.pop(conv.id, None)
+
+    async def _append_results(
+        self,
+        conv: ConversationRuntime,
+        call_ids: Sequence[str],
+        outcomes: Sequence[str | BaseException],
+    ) -> None:
+        for call_id, outcome in zip(call_ids, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                logger.error("tool call %s failed", call_id, exc_info=outcome)
+                outcome = f"Error: The tool call failed inside the server: {outcome!r}"
+            await self.store.append(
+                conv.id,
+                uuid.uuid4().hex,
+                {"role": "tool", "tool_call_id": call_id, "content": outcome},
+            )
 
     async def _recover_lost(self, conv: ConversationRuntime, sessions: dict[str, str]) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""

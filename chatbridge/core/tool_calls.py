@@ -9,7 +9,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from chatbridge.core.completion import ToolCallRequest
-from chatbridge.core.conversation import ConversationRuntime, EventSink, PendingApproval
+from chatbridge.core.conversation import (
+    ConversationRuntime,
+    EventSink,
+    PendingApproval,
+    ResumableCall,
+)
 from chatbridge.core.elicit import ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
@@ -83,6 +88,27 @@ class ToolCallRunner:
         conv.calls.add(call.id)
         await self.sink(conv.id, event)
         return await self._drive(conv, plugin, session, event)
+
+    async def resume(self, conv: ConversationRuntime, call: ResumableCall) -> str:
+        """Resume a suspended call by replaying its journal (after a restart or a takeover)."""
+        plugin = self.registry.get(call.tool_name)
+        if plugin is None:
+            return f"Error: Unknown tool {call.tool_name!r}; the call cannot be resumed."
+        try:
+            session = await self.manager.create(
+                plugin.tool,
+                call.arguments,
+                call_id=call.call_id,
+                journal=call.journal,
+                meta={"conversation_id": conv.id},
+            )
+        except (InvalidToolParams, DuplicateSession) as exc:
+            return f"Error: {exc}"
+        conv.calls.add(call.call_id)
+        started = ToolCallEvent(
+            call_id=call.call_id, tool_name=call.tool_name, arguments=call.arguments
+        )
+        return await self._drive(conv, plugin, session, started)
 
     async def _approval(
         self, conv: ConversationRuntime, call_id: str, tool_name: str, arguments: dict[str, Any]

@@ -1,0 +1,87 @@
+"""A suspended booking survives a crash: SIGKILL the server, start another, answer, done."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from plugins.book_flight.data import seat_map_for
+from tests.chat_http import RemoteChat
+from tests.servers import ROOT, free_port, start_daphne, stop
+
+
+def migrated_env(database: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    return env
+
+
+async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite3"
+    env = migrated_env(database)
+    first_port, second_port = free_port(), free_port()
+    first = start_daphne(first_port, env)
+    second = None
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{first_port}"
+            chat = await RemoteChat.open(http, base)
+            await chat.connect(base)
+            await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
+            flights = await chat.next("elicit", key="pick_flight")
+            flight_id = flights["context"]["flights"][0]["id"]
+            await chat.answer(flights, flight_id=flight_id)
+            seats = await chat.next("elicit", key="pick_seat")
+
+            first.send_signal(signal.SIGKILL)  # a crash: nothing gets to clean up
+            first.wait(timeout=10)
+            await chat.close()
+
+            second = start_daphne(second_port, env)
+            base = f"http://127.0.0.1:{second_port}"
+            await chat.connect(base)
+            again = await chat.next("elicit", key="pick_seat")  # the question is back
+            assert again["elicit_id"] == seats["elicit_id"]
+            label = seat_map_for(flight_id).first_free()
+            assert label is not None
+            await chat.answer(again, seat_label=label)
+            done = await chat.next("tool_call", status="completed")
+            assert done["result"]["booked"] is True and done["result"]["seat"] == label
+            await chat.next("assistant_message")
+            await chat.close()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                stop(proc)
+
+    with sqlite3.connect(database) as db:
+        status, worker, resumes = db.execute(
+            "SELECT status, worker, resumes FROM chatbridge_chat_toolsession WHERE id = ?",
+            (seats["session_id"],),
+        ).fetchone()
+        journal = db.execute(
+            "SELECT kind, result FROM chatbridge_chat_journalrecord WHERE session_id = ? "
+            "ORDER BY seq",
+            (seats["session_id"],),
+        ).fetchall()
+    assert (status, resumes) == ("completed", 1)
+    assert second is not None and worker.endswith(f":{second.pid}")
+    assert [kind for kind, _ in journal] == ["elicit", "elicit", "sample", "step"]
+    [ticket] = [result for kind, result in journal if kind == "step"]  # issued once
+    assert done["result"]["ticket"] in ticket
