@@ -131,6 +131,8 @@ CHANNEL_LAYERS: dict[str, Any] = {
             # redis-py 8 drops idle connections after ~5 s unless socket_timeout is None, and
             # caps its pool at 100 connections, erroring instead of waiting.
             "hosts": [{"address": _redis_url, "socket_timeout": None, "max_connections": 1000}],
+            # Separate deployments (or test runs) sharing one Redis keep apart by prefix.
+            "prefix": os.environ.get("CHATBRIDGE_REDIS_PREFIX", "asgi"),
         },
     }
     if _redis_url

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -52,22 +53,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def start_daphne(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """daphne serving the project on ``port`` (its output discarded), listening on return."""
+    """daphne serving the project on ``port``, listening on return. Its output goes to
+    ``$CHATBRIDGE_TEST_LOGS/daphne-<port>.log`` when that is set, else nowhere."""
+    logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
+    out = open(f"{logs}/daphne-{port}.log", "wb") if logs else subprocess.DEVNULL  # noqa: SIM115
+    command = ["daphne", "-b", "127.0.0.1", "-p", str(port), "chatbridge.asgi:application"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "chatbridge.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", *command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
     )
     wait_for_port(port, proc)
     return proc

@@ -52,6 +52,8 @@ async def publish(conversation_id: str, event: ChatEvent) -> None:
 @cache
 def get_hub() -> ChatHub:
     """The process's chat engine hub."""
+    from chatbridge.chat.workers import ChannelPeers  # workers imports this module
+
     return ChatHub(
         registry=get_registry(),
         manager=get_session_manager(),
@@ -59,4 +61,5 @@ def get_hub() -> ChatHub:
         sink=publish,
         render_form=render_form,
         model=settings.CHATBRIDGE_MODEL,
+        peers=ChannelPeers(),
     )

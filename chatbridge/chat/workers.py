@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -17,12 +18,28 @@ from channels.layers import get_channel_layer
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.runtime import get_session_manager
 
-__all__ = ["WORKERS_GROUP", "broadcast_abort", "ensure_listener", "query_workers"]
+__all__ = [
+    "WORKERS_GROUP",
+    "ChannelPeers",
+    "broadcast_abort",
+    "ensure_listener",
+    "query_workers",
+    "worker_group",
+]
 
 logger = logging.getLogger("chatbridge.workers")
 
 WORKERS_GROUP = "chatbridge.workers"
+PEER_TIMEOUT = 1.5  # seconds a worker has to answer before it counts as gone
+
+
+def worker_group(worker: str) -> str:
+    """The group only ``worker`` listens to (group names allow [a-zA-Z0-9_.-])."""
+    return "chatbridge.worker." + re.sub(r"[^a-zA-Z0-9_.-]", "-", worker)[:80]
+
+
 _listeners: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+_deliveries: set[asyncio.Task[None]] = set()
 
 
 def ensure_listener() -> None:
@@ -38,6 +55,7 @@ async def _listen() -> None:
     assert layer is not None
     channel = await layer.new_channel()
     await layer.group_add(WORKERS_GROUP, channel)
+    await layer.group_add(worker_group(WORKER_ID), channel)
     try:
         while True:
             message = await layer.receive(channel)
@@ -47,6 +65,7 @@ async def _listen() -> None:
                 logger.exception("worker message %r failed", message.get("type"))
     finally:
         await layer.group_discard(WORKERS_GROUP, channel)
+        await layer.group_discard(worker_group(WORKER_ID), channel)
 
 
 async def _handle(layer: Any, message: dict[str, Any]) -> None:
@@ -56,6 +75,26 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
         if session is not None:  # answer first: the operator waits for the ack, not the end
             await layer.send(message["reply_to"], {"type": "workers.aborted", "worker": WORKER_ID})
             await session.abort(str(message.get("reason")), by=str(message.get("by") or ""))
+    elif message.get("type") == "workers.ping":
+        await layer.send(message["reply_to"], {"type": "workers.pong", "worker": WORKER_ID})
+    elif message.get("type") == "workers.answer":
+        from chatbridge.chat.runtime import get_hub, publish
+        from chatbridge.core.engine import CommandRefused
+        from chatbridge.core.protocol import ElicitResponseCommand, ErrorEvent
+
+        command = ElicitResponseCommand.model_validate(message["command"])
+        conversation_id = str(message["conversation_id"])
+        # Acknowledge at once (the sender is waiting to know we are alive), then deliver.
+        await layer.send(message["reply_to"], {"type": "workers.answered", "worker": WORKER_ID})
+
+        async def deliver() -> None:
+            try:
+                await get_hub().elicit_response(conversation_id, command)
+            except CommandRefused as exc:
+                await publish(conversation_id, ErrorEvent(code=exc.code, message=str(exc)))
+
+        _deliveries.add(task := asyncio.create_task(deliver()))
+        task.add_done_callback(_deliveries.discard)
     elif message.get("type") == "workers.list":
         sessions = [
             {
@@ -72,12 +111,15 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
 
 async def _gather(
-    message: dict[str, Any], timeout: float, stop_after: int | None
+    message: dict[str, Any],
+    timeout: float,
+    stop_after: int | None,
+    group: str = WORKERS_GROUP,
 ) -> list[dict[str, Any]]:
     layer = get_channel_layer()
     assert layer is not None
     reply_to = await layer.new_channel()
-    await layer.group_send(WORKERS_GROUP, {**message, "reply_to": reply_to})
+    await layer.group_send(group, {**message, "reply_to": reply_to})
     replies: list[dict[str, Any]] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -108,3 +150,26 @@ async def broadcast_abort(
         1,
     )
     return str(replies[0]["worker"]) if replies else None
+
+
+class ChannelPeers:
+    """The other workers, reached through the channel layer (``ChatHub``'s scale-out hooks)."""
+
+    async def alive(self, worker: str) -> bool:
+        """Does ``worker`` answer a ping in time? (This process never asks itself.)"""
+        if worker == WORKER_ID or not worker:
+            return False
+        replies = await _gather({"type": "workers.ping"}, PEER_TIMEOUT, 1, worker_group(worker))
+        return bool(replies)
+
+    async def route(self, worker: str, conversation_id: str, command: Any) -> dict[str, Any] | None:
+        """Hand an answer to the worker holding its session; its reply, or None if it is gone."""
+        if worker == WORKER_ID or not worker:
+            return None
+        message = {
+            "type": "workers.answer",
+            "conversation_id": conversation_id,
+            "command": command.model_dump(mode="json"),
+        }
+        replies = await _gather(message, PEER_TIMEOUT, 1, worker_group(worker))
+        return replies[0] if replies else None

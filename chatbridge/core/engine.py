@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.core.conversation import (
@@ -52,6 +52,16 @@ __all__ = [
 logger = logging.getLogger("chatbridge.engine")
 
 
+class Peers(Protocol):
+    """Other worker processes (scale-out): are they alive, and hand them an answer."""
+
+    async def alive(self, worker: str) -> bool: ...
+
+    async def route(
+        self, worker: str, conversation_id: str, command: ElicitResponseCommand
+    ) -> dict[str, Any] | None: ...
+
+
 class ChatHub:
     """Runs turns for every conversation of the process and routes commands to them."""
 
@@ -65,12 +75,12 @@ class ChatHub:
         render_form: FormRenderer,
         model: str,
         max_iterations: int = 8,
-        owner_alive: Callable[[str], Awaitable[bool]] | None = None,
+        peers: Peers | None = None,
     ) -> None:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
         self.max_iterations = max_iterations
-        self.owner_alive = owner_alive  # is another worker holding a call? (scale-out)
+        self.peers = peers  # the other workers, when there are several
         self.runner = ToolCallRunner(
             registry=registry,
             manager=manager,
@@ -197,7 +207,7 @@ class ChatHub:
         for call in await self.store.resumable(conv.id):
             if self.manager.get(call.call_id) is not None:
                 continue  # live here
-            if self.owner_alive is not None and await self.owner_alive(call.worker):
+            if self.peers is not None and await self.peers.alive(call.worker):
                 continue  # live on another worker
             if await self.store.claim(call.call_id, call.worker):
                 claimed.append(call)
@@ -230,6 +240,13 @@ class ChatHub:
             return
         if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
+        owner = next(
+            (c.worker for c in await self.store.resumable(conv.id) if c.call_id == cmd.call_id), ""
+        )
+        if owner and self.peers is not None and await self.peers.route(owner, conv.id, cmd):
+            logger.info("answer for %s handed to worker %s", cmd.call_id, owner)
+            return  # the worker holding the session took the answer; its events reach us
+        logger.info("answer for %s: worker %r did not take it; resuming here", cmd.call_id, owner)
         if await self.recover(conv.id):  # its journal survived: resume, then answer
             await self._deliver_when_shown(conv, cmd)
             return
@@ -345,9 +362,8 @@ class ChatHub:
         return reply
 
     def _unique(self, conv: ConversationRuntime, call: ToolCallRequest) -> ToolCallRequest:
-        """The call with an id no live session uses: providers may omit or reuse ids."""
-        if call.id and call.id not in conv.calls and self.manager.get(call.id) is None:
-            return call
+        """The call with an id of our own. A call id is a session id across every worker and
+        the database, and providers may omit ids, reuse them or number them per reply."""
         return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
