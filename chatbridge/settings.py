@@ -168,6 +168,10 @@ CHATBRIDGE_PLUGINS = [
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))
 
+# WebSocket commands a socket may send: a steady rate per second and a burst.
+CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
+CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))
+
 # MCP at /mcp: an optional bearer token, how long requestState stays valid, how long a
 # request notification waits for _respond. Rotate the sealing key with SECRET_KEY_FALLBACKS.
 CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "")

@@ -201,9 +201,16 @@ async def test_commands_for_other_conversations_are_refused_and_the_socket_stays
     await other.close()
 
 
-async def test_oversized_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> None:
+async def test_an_oversized_message_gets_an_error_and_the_socket_is_closed(
+    chat: ChatClient,
+) -> None:
     await chat.socket.send_to(text_data="x" * (65 * 1024))
     assert (await chat.next("error"))["message"] == "Messages are limited to 64 KiB."
+    closing = await chat.socket.receive_output(timeout=5)
+    assert closing == {"type": "websocket.close", "code": 1009}
+
+
+async def test_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> None:
     await chat.socket.send_to(text_data="{not json")
     assert (await chat.next("error"))["code"] == "BAD_JSON"
     await chat.send({"type": "dance"})

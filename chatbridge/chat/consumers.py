@@ -9,9 +9,11 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
+from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.runtime import conversation_group, get_hub
@@ -37,6 +39,7 @@ __all__ = ["MAX_MESSAGE_BYTES", "ChatConsumer"]
 logger = logging.getLogger("chatbridge.chat")
 
 MAX_MESSAGE_BYTES = 64 * 1024
+MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
 
 
@@ -78,6 +81,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.json_mode = query.get("format") == ["json"]
         self.view = SocketView()
+        self.bucket = TokenBucket(settings.CHATBRIDGE_WS_RATE, settings.CHATBRIDGE_WS_BURST)
+        self.strikes = 0
         session = self.scope.get("session")
         owner = owner_key(self.scope.get("user"), session.session_key if session else None)
         if owner is None or not await _owns(self.conversation_id, owner):
@@ -106,10 +111,19 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
-        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:  # a client that does this is broken
             await self.refuse(
                 "TOO_LARGE", f"Messages are limited to {MAX_MESSAGE_BYTES // 1024} KiB."
             )
+            await self.close(code=1009)  # RFC 6455: message too big
+            return
+        if not self.bucket.take():
+            self.strikes += 1
+            if self.strikes > MAX_STRIKES:
+                await self.refuse("RATE_LIMITED", "Too many messages; this connection is closed.")
+                await self.close(code=4429)
+            elif self.strikes == 1 or self.strikes % 20 == 0:
+                await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
             return
         try:
             data = json.loads(raw)
