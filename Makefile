@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test setup browser migrate lint typecheck pytest clean
+.PHONY: run test setup browser migrate lint typecheck pytest fuzz bench clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -44,6 +44,10 @@ pytest: setup browser
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 test: lint typecheck pytest
+
+# The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
+fuzz: setup
+	CHATBRIDGE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/test_reliability.py -k fuzzed -p no:cacheprovider --timeout 3600
 
 clean:
 	rm -rf $(VENV) db.sqlite3 test-db.sqlite3 staticfiles .mypy_cache .ruff_cache .pytest_cache

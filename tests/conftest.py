@@ -10,6 +10,7 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 from channels.layers import channel_layers  # noqa: E402
@@ -100,3 +101,14 @@ async def browser() -> AsyncIterator[Browser]:
         launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         await launched.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what the reliability suite counted."""
+    from tests.reliability import COUNTS
+
+    if COUNTS:
+        terminalreporter.section("reliability counts")
+        for name, counts in COUNTS.items():
+            details = ", ".join(f"{k}={v}" for k, v in counts.items())
+            terminalreporter.write_line(f"{name}: {details}")

@@ -411,3 +411,16 @@ async def test_guest_uis_are_mcp_app_resources_linked_from_their_tools(server: s
     [page] = read.contents
     assert page.mime_type == "text/html;profile=mcp-app"
     assert "ui/submit-elicitation" in page.text and "Custom colour (hex)" in page.text
+
+
+def test_foreign_origins_are_refused(server: str) -> None:
+    request = urllib.request.Request(
+        f"{server}/mcp",
+        data=b"{}",
+        method="POST",
+        headers={"Origin": "http://evil.example", "Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)
+    info.value.close()
+    assert info.value.code == 403

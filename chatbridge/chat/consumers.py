@@ -43,6 +43,10 @@ MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
     """Turn an htmx ``ws-send`` form (fields + HEADERS) into a protocol command."""
     kind = data.get("command")
@@ -126,8 +130,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
             return
         try:
-            data = json.loads(raw)
-        except ValueError:
+            data = json.loads(raw, parse_constant=_no_constants)
+        except (ValueError, RecursionError):  # malformed, NaN/Infinity, or nested too deep
             await self.refuse("BAD_JSON", "That message was not valid JSON.")
             return
         if not isinstance(data, dict):
