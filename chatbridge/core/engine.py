@@ -52,6 +52,12 @@ __all__ = [
 logger = logging.getLogger("chatbridge.engine")
 
 
+def _own_id(call: ToolCallRequest) -> ToolCallRequest:
+    """The call with an id of our own. A call id is a session id across every worker and the
+    database, and providers may omit ids, reuse them or number them per reply."""
+    return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
+
+
 class Peers(Protocol):
     """Other worker processes (scale-out): are they alive, and hand them an answer."""
 
@@ -355,16 +361,11 @@ class ChatHub:
                 conv.id, ErrorEvent(code="LLM_ERROR", message=f"The model failed: {exc}")
             )
             return None
-        reply.tool_calls = [self._unique(conv, call) for call in reply.tool_calls]
+        reply.tool_calls = [_own_id(call) for call in reply.tool_calls]
         await self.store.append(conv.id, message_id, reply.to_message())
         if reply.text:
             await self.sink(conv.id, AssistantMessage(message_id=message_id, content=reply.text))
         return reply
-
-    def _unique(self, conv: ConversationRuntime, call: ToolCallRequest) -> ToolCallRequest:
-        """The call with an id of our own. A call id is a session id across every worker and
-        the database, and providers may omit ids, reuse them or number them per reply."""
-        return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
