@@ -1,0 +1,1 @@
+"""ChatBridge benchmarks (see bench/README.md). Importable as a Django app for the loop plugin."""

@@ -1,0 +1,42 @@
+"""The official MCP SDK baseline: a tool that elicits a one-field answer repeatedly.
+
+Served over streamable HTTP by uvicorn: ``python bench/mcp_sdk_server.py PORT``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel, Field
+
+
+class Answer(BaseModel):
+    value: str = Field(min_length=1, max_length=64, title="Value")
+
+
+server = MCPServer("bench-sdk", log_level="WARNING")
+
+
+@server.tool()
+async def loop_ask(count: int, ctx: Context) -> int:
+    """Ask a one-field question ``count`` times."""
+    answered = 0
+    for n in range(count):
+        result = await ctx.elicit(f"Question {n + 1}: any value?", Answer)
+        if result.action != "accept":
+            break
+        answered += 1
+    return answered
+
+
+if __name__ == "__main__":
+    uvicorn.run(
+        server.streamable_http_app(),
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
