@@ -73,7 +73,8 @@ def test_database_urls_are_parsed() -> None:
         "PASSWORD": "p@ss",
         "HOST": "db.example",
         "PORT": "6543",
-        "CONN_MAX_AGE": 0,
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
     }
     assert database_from_url("sqlite:////tmp/x.sqlite3")["NAME"] == "/tmp/x.sqlite3"
     from django.core.exceptions import ImproperlyConfigured

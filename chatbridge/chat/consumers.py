@@ -80,6 +80,19 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     conversation_id: str
     json_mode: bool
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels checks database connections before every handler, in a thread hop; frames
+        and events touch no database here, so only connects and disconnects pay for it."""
+        if message["type"] in ("websocket.receive", "chat.event"):
+            handler = (
+                self.websocket_receive
+                if message["type"] == "websocket.receive"
+                else self.chat_event
+            )
+            await handler(message)
+        else:
+            await super().dispatch(message)
+
     async def connect(self) -> None:
         self.conversation_id = str(self.scope["url_route"]["kwargs"]["conversation_id"])
         query = parse_qs(self.scope.get("query_string", b"").decode())

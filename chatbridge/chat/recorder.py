@@ -6,10 +6,10 @@ import os
 import socket
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.journal import EntryKind, JournalEntry
 from chatbridge.core.sessions import PluginSession
@@ -40,7 +40,6 @@ def _pending_fields(session: PluginSession) -> dict[str, Any]:
     }
 
 
-@sync_to_async
 def _started(session: PluginSession) -> None:
     ToolSession.objects.update_or_create(
         id=session.id,
@@ -55,15 +54,17 @@ def _started(session: PluginSession) -> None:
     )
 
 
-@sync_to_async
-def _status(session: PluginSession) -> None:
-    ToolSession.objects.filter(pk=session.id).update(
-        status=session.status, updated_at=timezone.now(), **_pending_fields(session)
-    )
+def _status_snapshot(session: PluginSession) -> dict[str, Any]:
+    return {"status": session.status, "updated_at": timezone.now(), **_pending_fields(session)}
 
 
-@sync_to_async
-def _requested(session_id: str, seq: int, kind: str, key: str, request: dict[str, Any]) -> None:
+def _status_fields(session_id: str, fields: dict[str, Any]) -> None:
+    ToolSession.objects.filter(pk=session_id).update(**fields)
+
+
+def _requested(
+    session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
+) -> None:
     JournalRecord.objects.update_or_create(
         session_id=session_id,
         seq=seq,
@@ -72,14 +73,12 @@ def _requested(session_id: str, seq: int, kind: str, key: str, request: dict[str
             "key": key,
             "elicit_id": str(request.get("elicit_id") or ""),
             "request": request,
-            "requested_at": timezone.now(),
+            "requested_at": at,
         },
     )
 
 
-@sync_to_async
-def _recorded(session_id: str, entry: JournalEntry) -> None:
-    now = timezone.now()
+def _recorded(session_id: str, entry: JournalEntry, now: Any) -> None:
     updated = JournalRecord.objects.filter(session_id=session_id, seq=entry.seq).update(
         result=entry.result, answered_at=now
     )
@@ -95,19 +94,17 @@ def _recorded(session_id: str, entry: JournalEntry) -> None:
         )
 
 
-@sync_to_async
-def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any) -> None:
+def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
     record = JournalRecord.objects.filter(session_id=session_id, elicit_id=elicit_id).last()
     if record is not None:
         record.rejected = [
             *record.rejected,
-            {"at": timezone.now().isoformat(), "data": data, "errors": errors},
+            {"at": at.isoformat(), "data": data, "errors": errors},
         ]
         record.save(update_fields=["rejected"])
 
 
-@sync_to_async
-def _ended(session: PluginSession, event: SessionEvent) -> None:
+def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "status": session.status,
         "ended_at": timezone.now(),
@@ -121,25 +118,39 @@ def _ended(session: PluginSession, event: SessionEvent) -> None:
         fields.update(
             error=event.reason, aborted_by=session.aborted_by or "", aborted_at=timezone.now()
         )
-    ToolSession.objects.filter(pk=session.id).update(**fields)
+    return fields
+
+
+def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
+    ToolSession.objects.filter(pk=session_id).update(**fields)
 
 
 class DjangoRecorder:
-    """``SessionObserver`` writing to the ORM, awaited in order by each session."""
+    """``SessionObserver`` writing to the ORM through the process's ordered background writer.
+
+    Status changes, requests and refused answers are queued; the session row and each journal
+    entry are waited for (the entry exists before the tool acts on the answer).
+    """
 
     async def session_started(self, session: PluginSession) -> None:
-        await _started(session)
+        await write_now(_started, session)
 
     async def status_changed(self, session: PluginSession) -> None:
-        await _status(session)
+        # A snapshot now: the session moves on before a queued write runs. A question is on
+        # record before it is shown (operators and other workers look for it there).
+        fields = _status_snapshot(session)
+        if session.status == "awaiting_elicit":
+            await write_now(_status_fields, session.id, fields)
+        else:
+            write_later(_status_fields, session.id, fields)
 
     async def capability_requested(
         self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
     ) -> None:
-        await _requested(session.id, seq, kind, key, request)
+        write_later(_requested, session.id, seq, kind, key, request, timezone.now())
 
     async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
-        await _recorded(session.id, entry)
+        await write_now(_recorded, session.id, entry, timezone.now())
 
     async def answer_rejected(
         self,
@@ -148,7 +159,7 @@ class DjangoRecorder:
         data: dict[str, Any],
         errors: dict[str, list[str]],
     ) -> None:
-        await _rejected(session.id, elicit_id, data, errors)
+        write_later(_rejected, session.id, elicit_id, data, errors, timezone.now())
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
-        await _ended(session, event)
+        await write_now(_ended_fields, session.id, _ended_snapshot(session, event))

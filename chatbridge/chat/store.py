@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.recorder import WORKER_ID
+from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
 
@@ -77,10 +78,10 @@ class DjangoStore:
         return await sync_to_async(_messages)(conversation_id)
 
     async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
-        await sync_to_async(_append)(conversation_id, message_id, message)
+        await write_now(_append, conversation_id, message_id, message)
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
-        await sync_to_async(_save_phase)(conversation_id, phase)
+        write_later(_save_phase, conversation_id, phase)  # for the admin; off the hot path
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:
         return await sync_to_async(_resumable)(conversation_id)
