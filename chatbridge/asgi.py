@@ -23,7 +23,13 @@ from chatbridge.chat.routing import websocket_urlpatterns  # noqa: E402
 # Plain daphne serves no /static/: let Django do it while developing.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 
+import threading  # noqa: E402
+
+from chatbridge.llm import litellm_module  # noqa: E402
 from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
+
+# litellm takes seconds to import: do it now, in the background, not in the first chat turn.
+threading.Thread(target=litellm_module, name="chatbridge-litellm-import", daemon=True).start()
 
 mcp_endpoint = get_mcp_endpoint()
 

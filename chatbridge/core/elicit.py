@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias, TypeVar, cast
@@ -125,6 +126,12 @@ def validate_result(
         raise ElicitValidationError(elicit_id, model.__name__, cast(Any, errors)) from None
 
 
+@functools.cache
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A key's JSON Schema, made once per model (``with_context`` copies before adding)."""
+    return model.model_json_schema()
+
+
 @dataclass(frozen=True)
 class ElicitId:
     """Structured id of one elicitation: which tool, which key, which call, which question."""
@@ -204,7 +211,7 @@ class ElicitRequest:
         ui: dict[str, Any] | None,
     ) -> ElicitRequest:
         """Create a request whose schema carries the context as ``x-model-context``."""
-        schema = with_context(model.model_json_schema(), context)
+        schema = with_context(_schema_of(model), context)
         return cls(elicit_id, message, ElicitSchema(model, schema), context, params, ui)
 
     def to_dict(self) -> dict[str, Any]:

@@ -107,11 +107,12 @@ class PluginSession:
             tool, call_id, params.model_dump(mode="json"), self, self._journal
         )
         self._status: SessionStatus = "running"
-        self._events: asyncio.Queue[SessionEvent] = asyncio.Queue()
+        # A plain list and futures made on demand: a suspended session costs little memory.
+        self._events: list[SessionEvent] = []
+        self._wakeups: list[asyncio.Future[None]] = []
         self._terminal: SessionEvent | None = None
         self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._ended = asyncio.Event()
         self.created_at = self.updated_at = datetime.now(UTC)
         self._last_activity = clock()
 
@@ -168,15 +169,33 @@ class PluginSession:
 
     async def wait_finished(self) -> SessionEvent:
         """Wait until the session ends (without consuming events); return its terminal event."""
-        await self._ended.wait()
-        assert self._terminal is not None
+        while self._terminal is None:
+            await self._wait()
         return self._terminal
 
     async def next_event(self) -> SessionEvent:
         """The next event; once the session has ended, its terminal event again and again."""
-        if self._terminal is not None and self._events.empty():
-            return self._terminal
-        return await self._events.get()
+        while not self._events:
+            if self._terminal is not None:
+                return self._terminal
+            await self._wait()
+        return self._events.pop(0)
+
+    async def _wait(self) -> None:
+        """Sleep until the next event or the end."""
+        wakeup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._wakeups.append(wakeup)
+        try:
+            await wakeup
+        finally:
+            if wakeup in self._wakeups:
+                self._wakeups.remove(wakeup)
+
+    def _wake(self) -> None:
+        wakeups, self._wakeups = self._wakeups, []
+        for wakeup in wakeups:
+            if not wakeup.done():
+                wakeup.set_result(None)
 
     async def respond_to_elicit(
         self, elicit_id: ElicitId | str, result: ElicitResult[Any] | Mapping[str, Any]
@@ -336,16 +355,17 @@ class PluginSession:
     def _emit(self, event: SessionEvent) -> None:
         if self._terminal is None:
             self._touch()
-            self._events.put_nowait(event)
+            self._events.append(event)
+            self._wake()
 
     def _finish(self, event: SessionEvent, status: SessionStatus) -> None:
         if self._terminal is not None:
             return
         self._status = status
         self._touch()
-        self._events.put_nowait(event)
+        self._events.append(event)
         self._terminal = event
-        self._ended.set()
+        self._wake()
         if self._on_finish is not None:
             self._on_finish(self)
 
