@@ -14,6 +14,7 @@ from typing import Any
 
 from chatbridge.core.elicit import ElicitRequest, ElicitResult
 from chatbridge.core.plugins import PluginContext
+from chatbridge.core.schema import resolve_ref
 
 __all__ = ["AUTO_FORM_TEMPLATE", "FormField", "auto_form", "coerce_post", "form_fields"]
 
@@ -39,14 +40,6 @@ class FormField:
     attrs: dict[str, Any] = field(default_factory=dict)  # min max step minlength maxlength pattern
 
 
-def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = dict(root.get("$defs", {}).get(ref.removeprefix("#/$defs/"), {}))
-        return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-    return dict(schema)
-
-
 def _unwrap_optional(
     schema: dict[str, Any], root: Mapping[str, Any]
 ) -> tuple[dict[str, Any], bool]:
@@ -56,7 +49,7 @@ def _unwrap_optional(
         real = [o for o in options if o.get("type") != "null"]
         if len(real) == 1 and len(real) < len(options):
             merged = {
-                **_resolve(real[0], root),
+                **resolve_ref(real[0], root),
                 **{k: v for k, v in schema.items() if k != "anyOf"},
             }
             return merged, True
@@ -73,7 +66,7 @@ def _choices(schema: Mapping[str, Any]) -> tuple[Any, ...]:
 def _field(
     name: str, prop: Mapping[str, Any], root: Mapping[str, Any], required: bool
 ) -> FormField:
-    schema, optional = _unwrap_optional(_resolve(prop, root), root)
+    schema, optional = _unwrap_optional(resolve_ref(prop, root), root)
     label = str(schema.get("title") or name.replace("_", " ").capitalize())
     common: dict[str, Any] = {
         "name": name,
@@ -88,7 +81,7 @@ def _field(
         widget = "radio" if len(choices) <= RADIO_LIMIT else "select"
         return FormField(widget=widget, choices=choices, **common)
     if kind == "array":
-        items = _resolve(schema.get("items") or {}, root)
+        items = resolve_ref(schema.get("items") or {}, root)
         return FormField(widget="checkboxes", choices=_choices(items), **common)
     if kind == "boolean":
         return FormField(widget="checkbox", **{**common, "required": False})
@@ -115,7 +108,7 @@ def _field(
 
 def form_fields(schema: Mapping[str, Any]) -> list[FormField]:
     """The inputs for an object schema, in declaration order."""
-    root = _resolve(schema, schema)
+    root = resolve_ref(schema, schema)
     required = set(root.get("required") or ())
     props: Mapping[str, Any] = root.get("properties") or {}
     return [_field(name, prop, schema, name in required) for name, prop in props.items()]

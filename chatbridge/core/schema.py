@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FieldInfo", "describe_fields"]
+__all__ = ["FieldInfo", "describe_fields", "resolve_ref"]
 
 
 @dataclass(frozen=True)
@@ -22,17 +22,18 @@ class FieldInfo:
     choices: tuple[Any, ...] = ()
 
 
-def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+def resolve_ref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with a local ``$ref`` (``#/$defs/…``, as pydantic writes) merged in."""
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         target = root.get("$defs", {}).get(ref.removeprefix("#/$defs/"))
         if isinstance(target, Mapping):
             return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-    return schema
+    return dict(schema)
 
 
 def _type_name(schema: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
-    schema = _resolve(schema, root)
+    schema = resolve_ref(schema, root)
     if "const" in schema:
         return "constant", (schema["const"],)
     if "enum" in schema:
@@ -62,11 +63,11 @@ def _type_name(schema: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[str,
 def describe_fields(schema: Mapping[str, Any]) -> list[FieldInfo]:
     """The properties of an object schema, in declaration order."""
     root = schema
-    schema = _resolve(schema, root)
+    schema = resolve_ref(schema, root)
     required = set(schema.get("required") or ())
     fields = []
     for name, prop in (schema.get("properties") or {}).items():
-        resolved = _resolve(prop, root)
+        resolved = resolve_ref(prop, root)
         type_name, choices = _type_name(resolved, root)
         fields.append(
             FieldInfo(

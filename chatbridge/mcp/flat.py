@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from chatbridge.core.exceptions import ToolDefinitionError
+from chatbridge.core.schema import resolve_ref
 
 __all__ = ["flat_schema"]
 
@@ -24,19 +25,11 @@ _KEEP = (
 )
 
 
-def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> dict[str, Any]:
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = dict(root.get("$defs", {}).get(ref.removeprefix("#/$defs/"), {}))
-        return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-    return dict(schema)
-
-
 def _flat_property(
     prop: Mapping[str, Any], root: Mapping[str, Any]
 ) -> tuple[dict[str, Any], bool] | None:
     """(flat property, optional) or None when the property is not flat."""
-    schema = _resolve(prop, root)
+    schema = resolve_ref(prop, root)
     optional = False
     options = schema.get("anyOf")
     if isinstance(options, list):
@@ -44,12 +37,12 @@ def _flat_property(
         if len(real) != 1:
             return None
         optional = len(real) < len(options)
-        schema = {**_resolve(real[0], root), **{k: v for k, v in schema.items() if k != "anyOf"}}
+        schema = {**resolve_ref(real[0], root), **{k: v for k, v in schema.items() if k != "anyOf"}}
     kept = {k: schema[k] for k in _KEEP if k in schema and schema[k] is not None}
     if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
         return {**kept, "type": "string", "enum": list(schema["enum"])}, optional
     if schema.get("type") == "array":
-        items = _resolve(schema.get("items") or {}, root)
+        items = resolve_ref(schema.get("items") or {}, root)
         if "enum" in items and all(isinstance(v, str) for v in items["enum"]):
             return {
                 **kept,
