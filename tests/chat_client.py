@@ -90,3 +90,17 @@ class ChatClient:
 
     async def turn_done(self, timeout: float = 15.0) -> dict[str, Any]:
         return await self.next("conversation_state", timeout, phase="done")
+
+
+async def html_socket() -> WebsocketCommunicator:
+    """A connected browser-mode (HTML fragments) socket on a new browser's new conversation."""
+    key = await new_browser_session()
+    conversation = await new_conversation(key)
+    socket = WebsocketCommunicator(
+        application,
+        f"/ws/chat/{conversation}/",
+        headers=[ORIGIN, (b"cookie", f"sessionid={key}".encode())],
+    )
+    connected, code = await socket.connect(timeout=10)
+    assert connected, f"socket refused with code {code}"
+    return socket

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from chatbridge.chat.models import Conversation
-from tests.chat_client import ORIGIN, new_browser_session, new_conversation
+from tests.chat_client import html_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,19 +42,7 @@ def test_new_chat_needs_a_csrf_token() -> None:
 
 @pytest.mark.usefixtures("fresh_runtime")
 async def test_htmx_forms_work_and_everything_is_escaped() -> None:
-    from channels.testing import WebsocketCommunicator
-
-    from chatbridge.asgi import application
-
-    key = await new_browser_session()
-    conversation = await new_conversation(key)
-    socket = WebsocketCommunicator(
-        application,
-        f"/ws/chat/{conversation}/",
-        headers=[ORIGIN, (b"cookie", f"sessionid={key}".encode())],
-    )
-    connected, _ = await socket.connect(timeout=10)
-    assert connected
+    socket = await html_socket()
     hostile = "<script>alert(1)</script> book a flight from <b>JFK</b> to <img src=x>"
     await socket.send_to(
         text_data=json.dumps(

@@ -279,19 +279,9 @@ async def test_dropped_connections_are_cleaned_up() -> None:
 
 
 async def test_html_errors_are_escaped() -> None:
-    from channels.testing import WebsocketCommunicator
+    from tests.chat_client import html_socket
 
-    from chatbridge.asgi import application
-    from tests.chat_client import ORIGIN, new_browser_session, new_conversation
-
-    key = await new_browser_session()
-    conversation = await new_conversation(key)
-    socket = WebsocketCommunicator(
-        application,
-        f"/ws/chat/{conversation}/",
-        headers=[ORIGIN, (b"cookie", f"sessionid={key}".encode())],
-    )
-    assert (await socket.connect(timeout=10))[0]
+    socket = await html_socket()
     await socket.receive_from(timeout=5)  # the state fragment
     await socket.send_to(text_data=json.dumps({"type": "<script>alert(1)</script>"}))
     html = await socket.receive_from(timeout=5)
