@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from chatbridge.chat.models import JournalRecord
+from chatbridge.chat.writer import flush
 from chatbridge.core.protocol import COMMANDS
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.tool import PickSeat
@@ -156,6 +157,7 @@ async def test_fuzzed_answers_never_reach_the_tool() -> None:
             )
         )
         await drain(chat, tally)
+    await flush()  # refused answers are recorded by the background writer
     record = await JournalRecord.objects.aget(session_id=form["session_id"], key="pick_seat")
     assert record.result is None  # nothing reached the tool
     json_ok = [c for c in invalid if not _has_constants(c)]

@@ -14,7 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-__all__ = ["write_later", "write_now"]
+__all__ = ["flush", "write_later", "write_now"]
 
 logger = logging.getLogger("chatbridge.writer")
 
@@ -63,3 +63,12 @@ async def write_now(fn: Callable[..., Any], *args: Any) -> None:
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     _queue().put_nowait((fn, args, done))
     await done
+
+
+async def flush() -> None:
+    """Wait until every write queued so far is done."""
+    await write_now(_nothing)
+
+
+def _nothing() -> None:
+    return None
