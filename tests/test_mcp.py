@@ -41,6 +41,15 @@ def free_seat(flight_id: str) -> dict[str, Any]:
     return {"row": int(label[:-1]), "seat": label[-1]}
 
 
+def booking_bridge(state_ttl: float = 900.0) -> McpBridge:
+    """An in-process MCP server with book_flight, for the Client's in-memory transport."""
+    return McpBridge(
+        PluginRegistry([book_flight_plugin]),
+        LiteLLMSampler("offline/mcp"),
+        McpSettings(state_keys=[b"k" * 32], state_ttl=state_ttl),
+    )
+
+
 class Person:
     """An elicitation callback that reads the context and answers like a person."""
 
@@ -320,11 +329,7 @@ async def test_request_state_is_bound_to_the_caller(server: str) -> None:
 
 
 async def test_expired_request_state_is_refused() -> None:
-    bridge = McpBridge(
-        PluginRegistry([book_flight_plugin]),
-        LiteLLMSampler("offline/mcp"),
-        McpSettings(state_keys=[b"k" * 32], state_ttl=0.5),
-    )
+    bridge = booking_bridge(state_ttl=0.5)
     async with Client(bridge.server, mode="2026-07-28", elicitation_callback=Person()) as client:
         first = await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
         [key] = first.input_requests
@@ -385,11 +390,7 @@ async def test_the_same_endpoint_works_under_uvicorn(uvicorn_url: str) -> None:
 
 
 async def test_invalid_answers_are_asked_again_over_input_required_too() -> None:
-    bridge = McpBridge(
-        PluginRegistry([book_flight_plugin]),
-        LiteLLMSampler("offline/mcp"),
-        McpSettings(state_keys=[b"k" * 32]),
-    )
+    bridge = booking_bridge()
     person = Person(bad_seat_first=True)
     async with Client(bridge.server, mode="2026-07-28", elicitation_callback=person) as client:
         result = await client.call_tool("book_flight", ROUTE)
