@@ -50,7 +50,15 @@ def _messages(conversation_id: str) -> list[dict[str, Any]]:
     return [m.as_llm_message() for m in Message.objects.filter(conversation_id=conversation_id)]
 
 
-def _save_phase(conversation_id: str, phase: str) -> None:
+# A turn passes through several phases in a few milliseconds; only the latest one needs
+# writing, and queued phase writes would delay the journal writes that wait behind them.
+_latest_phase: dict[str, str] = {}
+
+
+def _save_latest_phase(conversation_id: str) -> None:
+    phase = _latest_phase.pop(conversation_id, None)
+    if phase is None:
+        return
     Conversation.objects.filter(pk=conversation_id).update(phase=phase)
     ToolSession.objects.filter(conversation_id=conversation_id, ended_at=None).update(phase=phase)
 
@@ -81,7 +89,10 @@ class DjangoStore:
         await write_now(_append, conversation_id, message_id, message)
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
-        write_later(_save_phase, conversation_id, phase)  # for the admin; off the hot path
+        queued = conversation_id in _latest_phase
+        _latest_phase[conversation_id] = phase  # for the admin; off the hot path, coalesced
+        if not queued:
+            write_later(_save_latest_phase, conversation_id)
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:
         return await sync_to_async(_resumable)(conversation_id)
