@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test setup browser migrate lint typecheck pytest fuzz bench clean
+.PHONY: run serve test setup browser migrate static lint typecheck pytest pytest-fast fuzz bench clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -22,8 +22,20 @@ setup: $(STAMP)
 migrate: setup
 	$(BIN)/python manage.py migrate --noinput
 
-run: migrate
-	$(BIN)/daphne -b $(HOST) -p $(PORT) chatbridge.asgi:application
+static: setup
+	$(BIN)/python manage.py collectstatic --noinput -v0
+
+# The production settings on loopback with daphne; /mcp is open without a token only when
+# HOST is a loopback address. DJANGO_DEBUG=1 make run gives debug pages.
+MCP_PUBLIC := $(if $(filter 127.0.0.1 localhost ::1,$(HOST)),1,0)
+run: migrate static
+	CHATBRIDGE_MCP_PUBLIC=$${CHATBRIDGE_MCP_PUBLIC:-$(MCP_PUBLIC)} \
+	$(BIN)/daphne -b $(HOST) -p $(PORT) --websocket-max-message-size 65536 chatbridge.asgi:application
+
+# The production server (README "Deployment"): uvicorn, frames over 64 KiB refused unread.
+serve: migrate static
+	$(BIN)/python -m uvicorn chatbridge.asgi:application --host $(HOST) --port $(PORT) \
+	  --lifespan off --ws websockets --ws-max-size 65536
 
 lint: setup
 	$(BIN)/ruff check .

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatbridge.settings")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
 # Django must be set up before anything imports models or consumers.
@@ -16,15 +17,9 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from chatbridge.chat.checks import static_files_collected  # noqa: E402
 from chatbridge.chat.routing import websocket_urlpatterns  # noqa: E402
-
-# Plain daphne serves no /static/: let Django do it while developing.
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
-
-import threading  # noqa: E402
-
 from chatbridge.llm import litellm_module  # noqa: E402
 from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
 
@@ -32,6 +27,9 @@ from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
 threading.Thread(target=litellm_module, name="chatbridge-litellm-import", daemon=True).start()
 
 mcp_endpoint = get_mcp_endpoint()
+mcp_endpoint.log_policy()
+for problem in static_files_collected():  # pages would fail: say why, once, at start-up
+    logging.getLogger("chatbridge").error("%s %s", problem.msg, problem.hint)
 
 
 async def http_router(scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def, type-arg]
@@ -40,7 +38,7 @@ async def http_router(scope: dict, receive, send) -> None:  # type: ignore[no-un
     if path == "/mcp" or path.startswith("/mcp/"):
         await mcp_endpoint(scope, receive, send)
     else:
-        await http_app(scope, receive, send)
+        await django_asgi_app(scope, receive, send)  # static files too (whitenoise)
 
 
 application = ProtocolTypeRouter(

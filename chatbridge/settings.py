@@ -14,62 +14,47 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from django.core.exceptions import ImproperlyConfigured
+from chatbridge.environment import (
+    database_from_url,
+    env_flag,
+    env_int,
+    env_list,
+    load_or_create_secret,
+    proxy_ssl_header,
+    sqlite_database,
+)
 
 # Before anything can import litellm: never download the model price map.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+_env = os.environ
 
+# Off unless asked for: debug pages show settings and every route to anyone.
+DEBUG = env_flag(_env, "DJANGO_DEBUG", False)
 
-def _env_flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+# Never a constant: the key signs sessions and seals MCP requestState. Without
+# DJANGO_SECRET_KEY a random key is made once and kept in a file (mode 0600) that every
+# process on this machine shares; several machines need the same DJANGO_SECRET_KEY.
+SECRET_KEY = _env.get("DJANGO_SECRET_KEY", "").strip() or load_or_create_secret(
+    Path(_env.get("DJANGO_SECRET_KEY_FILE") or BASE_DIR / ".secret_key")
+)
+SECRET_KEY_FALLBACKS = env_list(_env, "DJANGO_SECRET_KEY_FALLBACKS")
 
+ALLOWED_HOSTS = env_list(_env, "DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 
-def database_from_url(url: str) -> dict[str, Any]:
-    """A ``DATABASES`` entry from a ``postgres://`` or ``sqlite:///`` URL."""
-    parts = urlsplit(url)
-    if parts.scheme in ("postgres", "postgresql", "pgsql"):
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-            # Reuse connections (checked before reuse) instead of one per request.
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
-    if parts.scheme == "sqlite":
-        name = unquote(parts.path)[1:] if parts.path.startswith("//") else unquote(parts.path)
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": name or ":memory:",
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
-        }
-    raise ImproperlyConfigured(
-        f"DATABASE_URL scheme {parts.scheme!r} is not supported; use postgres:// or sqlite:///"
-    )
-
-
-DEBUG = _env_flag("DJANGO_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("Set DJANGO_SECRET_KEY when DJANGO_DEBUG is off.")
-    SECRET_KEY = "chatbridge-development-only-not-secret"  # noqa: S105 - dev default
-
-ALLOWED_HOSTS = [
-    h.strip()
-    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
-    if h.strip()
-]
+# Behind a TLS-terminating proxy: which header says the request came in over HTTPS, and
+# which other origins may post forms (scheme://host[:port]).
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(_env.get("DJANGO_PROXY_SSL_HEADER", ""))
+CSRF_TRUSTED_ORIGINS = env_list(_env, "DJANGO_CSRF_TRUSTED_ORIGINS")
+# Served over HTTPS only: secure cookies, HTTP redirected, HSTS.
+HTTPS = env_flag(_env, "DJANGO_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS and env_flag(_env, "DJANGO_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int(_env, "DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag(_env, "DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_flag(_env, "DJANGO_HSTS_PRELOAD", False)
 
 INSTALLED_APPS = [
     "daphne",  # first: its runserver serves WebSockets (system check daphne.E001)
@@ -90,6 +75,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files in every mode: collected and hashed in production, from the apps in debug.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,19 +104,15 @@ TEMPLATES = [
     },
 ]
 
-_database_url = os.environ.get("DATABASE_URL")
-DATABASES = {
-    "default": database_from_url(_database_url)
-    if _database_url
-    else {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db.sqlite3",
-        # WAL: readers do not wait for the writer; NORMAL: no fsync on every commit.
-        "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
-        # A file, not :memory:, so live-server tests in other threads/processes see the data.
-        "TEST": {"NAME": BASE_DIR / "test-db.sqlite3"},
-    }
-}
+_database_url = _env.get("DATABASE_URL")
+if _database_url:
+    # DATABASE_POOL_SIZE: PostgreSQL connections this process may hold at once.
+    _pool_size = env_int(_env, "DATABASE_POOL_SIZE", 10)
+    DATABASES = {"default": database_from_url(_database_url, pool_size=_pool_size)}
+else:
+    DATABASES = {"default": sqlite_database(BASE_DIR / "db.sqlite3")}
+    # A file, not :memory:, so live-server tests in other threads/processes see the data.
+    DATABASES["default"]["TEST"] = {"NAME": BASE_DIR / "test-db.sqlite3"}
 
 _redis_url = os.environ.get("REDIS_URL")
 CHANNEL_LAYERS: dict[str, Any] = {
@@ -161,7 +144,19 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `manage.py collectstatic` puts the files the server then serves.
+STATIC_ROOT = Path(_env.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Production serves what `manage.py collectstatic` gathered, under hashed names that
+    # browsers may cache for good; debug serves the apps' files as they are edited.
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ChatBridge
@@ -180,9 +175,12 @@ CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_
 CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
 CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))
 
-# MCP at /mcp: an optional bearer token, how long requestState stays valid, how long a
-# request notification waits for _respond. Rotate the sealing key with SECRET_KEY_FALLBACKS.
-CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "")
+# MCP at /mcp runs tools with side effects, so who may call it is a decision: a bearer token,
+# or a deliberate CHATBRIDGE_MCP_PUBLIC=1 (open by default only in debug). Without either, /mcp
+# answers 403 saying so. Also: how long requestState stays valid, how long a request
+# notification waits for _respond. Rotate the sealing key with DJANGO_SECRET_KEY_FALLBACKS.
+CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "").strip()
+CHATBRIDGE_MCP_PUBLIC = env_flag(_env, "CHATBRIDGE_MCP_PUBLIC", DEBUG)
 CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900"))
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
 
@@ -190,5 +188,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"chatbridge": {"handlers": ["console"], "level": "INFO"}},
+    # Not propagated: servers (daphne) give the root logger a handler too, which printed
+    # every line twice.
+    "loggers": {"chatbridge": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

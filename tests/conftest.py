@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The servers the tests start listen on loopback only; their /mcp is deliberately open (the
+# policy itself is tested with its own settings in test_deployment.py).
+os.environ.setdefault("CHATBRIDGE_MCP_PUBLIC", "1")
 
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -19,7 +22,16 @@ from playwright.async_api import Browser, async_playwright  # noqa: E402
 from chatbridge import SessionManager  # noqa: E402
 from chatbridge.chat import runtime  # noqa: E402
 from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
+from tests.production import Production, production_env, start_production  # noqa: E402
 from tests.servers import CHROMIUM_ARGS, ROOT, free_port, stop, wait_for_port  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def collected_static() -> None:
+    """The tests run with the production settings, which serve collected static files."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", "--noinput", "-v0")
 
 
 @pytest.fixture
@@ -87,6 +99,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         stop(proc)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Production]:
+    """The app started by the README's production commands (uvicorn, production settings,
+    no MCP policy chosen)."""
+    tmp = tmp_path_factory.mktemp("production")
+    server = start_production(tmp, production_env(tmp))
+    try:
+        yield server
+    finally:
+        stop(server.proc)
 
 
 @pytest.fixture

@@ -63,3 +63,14 @@ def start_daphne(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
     wait_for_port(port, proc)
     return proc
+
+
+def start_logged(
+    command: list[str], port: int, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """``command`` (a server listening on ``port``) with its output in ``log``; listening on
+    return."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    wait_for_port(port, proc)
+    return proc

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from chatbridge.settings import database_from_url
-
 ROOT = Path(__file__).resolve().parent.parent
 PG_HOST, PG_PORT = os.environ.get("CHATBRIDGE_TEST_PG", "127.0.0.1:5432").split(":")
 REDIS_HOST, REDIS_PORT = os.environ.get("CHATBRIDGE_TEST_REDIS", "127.0.0.1:6379").split(":")
@@ -63,24 +61,6 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def test_database_urls_are_parsed() -> None:
-    assert database_from_url("postgres://u:p%40ss@db.example:6543/app") == {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": "app",
-        "USER": "u",
-        "PASSWORD": "p@ss",
-        "HOST": "db.example",
-        "PORT": "6543",
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
-    }
-    assert database_from_url("sqlite:////tmp/x.sqlite3")["NAME"] == "/tmp/x.sqlite3"
-    from django.core.exceptions import ImproperlyConfigured
-
-    with pytest.raises(ImproperlyConfigured, match="scheme 'mysql' is not supported"):
-        database_from_url("mysql://x/y")
 
 
 def test_migrations_run_on_postgresql(postgres_url: str) -> None:

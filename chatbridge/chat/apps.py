@@ -12,6 +12,7 @@ class ChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from chatbridge.chat import checks  # noqa: F401  (registers the system checks)
         from chatbridge.chat.registry import get_registry
 
         get_registry()  # fail at start-up, not on the first request, if a plugin is broken

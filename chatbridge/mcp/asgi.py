@@ -1,7 +1,9 @@
 """``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, started lazily, guarded.
 
 daphne runs no ASGI lifespan, so the SDK's session manager is started on the first request in
-a task that lives as long as the event loop. An optional bearer token guards the endpoint.
+a task that lives as long as the event loop. Who may call it is explicit: a bearer token, or a
+deliberate ``public`` endpoint; with neither, every request is refused with a 403 that says how
+to open it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -18,6 +21,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
+
+logger = logging.getLogger("chatbridge.mcp")
+_CLOSED = (
+    "MCP is not open on this server: set CHATBRIDGE_MCP_TOKEN to require a bearer token, or "
+    "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
+)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -44,8 +53,16 @@ def transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySetting
 class McpEndpoint:
     """ASGI app for ``/mcp``: token check, lazy session manager, then the SDK's app."""
 
-    def __init__(self, bridge: McpBridge, *, allowed_hosts: Sequence[str], token: str = "") -> None:
+    def __init__(
+        self,
+        bridge: McpBridge,
+        *,
+        allowed_hosts: Sequence[str],
+        token: str = "",
+        public: bool = False,
+    ) -> None:
         self.bridge = bridge
+        self.public = public
         self.app = bridge.server.streamable_http_app(
             streamable_http_path="/mcp", transport_security=transport_security(allowed_hosts)
         )
@@ -66,6 +83,18 @@ class McpEndpoint:
         self._started[loop] = loop.create_task(keep_running(), name="chatbridge-mcp-sessions")
         await ready.wait()
 
+    @property
+    def policy(self) -> str:
+        """Who may call the tools, in words (logged at start-up)."""
+        if self._token_digest is not None:
+            return "requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN>"
+        if self.public:
+            return "open to anyone who reaches it (CHATBRIDGE_MCP_PUBLIC)"
+        return "closed (set CHATBRIDGE_MCP_TOKEN or CHATBRIDGE_MCP_PUBLIC=1)"
+
+    def log_policy(self) -> None:
+        logger.info("MCP at /mcp: %s", self.policy)
+
     def _authorised(self, scope: Scope) -> bool:
         if self._token_digest is None:
             return True
@@ -75,21 +104,36 @@ class McpEndpoint:
         return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token_digest)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorised(scope):
-            body = json.dumps(
-                {"error": "unauthorized", "detail": "Send Authorization: Bearer <token>."}
-            )
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body.encode()})
-            return
+        if scope["type"] == "http":
+            if self._token_digest is None and not self.public:
+                await _refuse(send, 403, "forbidden", _CLOSED)
+                return
+            if not self._authorised(scope):
+                await _refuse(
+                    send,
+                    401,
+                    "unauthorized",
+                    "Send Authorization: Bearer <token>.",
+                    [(b"www-authenticate", b"Bearer")],
+                )
+                return
         await self._ensure_started()
         await self.app(scope, receive, send)
+
+
+async def _refuse(
+    send: Send,
+    status: int,
+    error: str,
+    detail: str,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    body = json.dumps({"error": error, "detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
