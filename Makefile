@@ -57,6 +57,10 @@ pytest: setup browser
 
 test: lint typecheck pytest
 
+# The inner loop: everything but the slow tests.
+pytest-fast: setup browser
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
 fuzz: setup
 	CHATBRIDGE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/test_reliability.py -k fuzzed -p no:cacheprovider --timeout 3600

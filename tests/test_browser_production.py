@@ -1,0 +1,37 @@
+"""The chat in chromium against the app started the production way (README "Deployment")."""
+
+from __future__ import annotations
+
+from playwright.async_api import Browser, Response
+
+from tests.production import Production
+from tests.test_browser import (
+    ask_for_flights,
+    expect_confirmation,
+    first_free,
+    open_chat,
+    pick_first_flight,
+)
+
+
+async def test_a_booking_works_in_the_browser_on_the_production_server(
+    browser: Browser, production: Production
+) -> None:
+    failed: list[str] = []
+
+    def check(response: Response) -> None:
+        if response.status >= 400:
+            failed.append(f"{response.status} {response.url}")
+
+    chat = await open_chat(browser, production.url)
+    chat.on("response", check)
+    await chat.reload()  # every request of a page load is watched
+    # htmx and its WebSocket extension came from the collected static files
+    assert await chat.evaluate("typeof htmx") == "object"
+    await ask_for_flights(chat)
+    flight_id = await pick_first_flight(chat)
+    seat = first_free(flight_id)
+    await chat.get_by_role("button", name=seat, exact=True).click()
+    await expect_confirmation(chat, seat)
+    assert "?" not in chat.url  # the composer never fell back to a GET form
+    assert failed == []
