@@ -187,7 +187,8 @@ CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TI
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)-8s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # Not propagated: servers (daphne) give the root logger a handler too, which printed
     # every line twice.
     "loggers": {"chatbridge": {"handlers": ["console"], "level": "INFO", "propagate": False}},

@@ -301,6 +301,26 @@ def test_check_deploy_reports_static_files_not_collected(tmp_path: Path) -> None
     assert "Run `manage.py collectstatic --noinput`" in result.stderr
 
 
+def test_debug_asked_for_serves_the_apps_static_files_and_debug_pages(tmp_path: Path) -> None:
+    env = production_env(tmp_path, DJANGO_DEBUG="1")
+    _manage("migrate", "--noinput", "-v0", env=env, check=True)
+    port = free_port()
+    command = [
+        sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        "chatbridge.asgi:application",
+    ]  # fmt: skip
+    proc = start_logged(command, port, env, tmp_path / "daphne.log")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert not (tmp_path / "static").exists()  # nothing collected
+        css = request(base, "/static/chatbridge/chat.css")
+        assert css.status == 200 and "prefers-color-scheme" in css.body
+        assert "URLconf" in request(base, "/no/such/page/").body  # the debug 404
+    finally:
+        stop(proc)
+    assert "MCP at /mcp: open to anyone" in (tmp_path / "daphne.log").read_text()
+
+
 # -- behind a TLS proxy, on daphne as `make run` starts it -------------------------------------
 
 PROXY = {"Host": "chat.example.com", "X-Forwarded-Proto": "https"}
