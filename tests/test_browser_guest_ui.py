@@ -59,6 +59,9 @@ async def test_presets_decline_and_cancel(browser: Browser, server: str) -> None
     await expect(frame.get_by_label("Custom colour (hex)")).to_have_value("#a855f7")
     await frame.get_by_role("button", name="Decline").click()
     await expect(page.get_by_text("No colour chosen (decline).")).to_be_visible(timeout=15000)
+    # The turn ends with the model's reply; a message sent before that is refused as busy.
+    reply = page.locator("article.msg.assistant").last
+    await expect(reply).to_contain_text("choose color finished", timeout=15000)
 
     box = page.get_by_role("textbox", name="Message")
     await box.fill("Choose a colour")
