@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -19,6 +18,7 @@ from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.runtime import conversation_group, get_hub
 from chatbridge.chat.store import owner_key
 from chatbridge.chat.workers import ensure_listener
+from chatbridge.core import strict_json
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
 from chatbridge.core.protocol import (
@@ -41,10 +41,6 @@ logger = logging.getLogger("chatbridge.chat")
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
@@ -142,10 +138,10 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             elif self.strikes == 1 or self.strikes % 20 == 0:
                 await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
             return
-        try:
-            data = json.loads(raw, parse_constant=_no_constants)
-        except (ValueError, RecursionError):  # malformed, NaN/Infinity, or nested too deep
-            await self.refuse("BAD_JSON", "That message was not valid JSON.")
+        try:  # NaN, 1e999 and lone surrogates are refused here, before anything keeps them
+            data = strict_json.loads(raw)
+        except strict_json.NotStrictJson as exc:
+            await self.refuse("BAD_JSON", f"That message was not valid JSON: {exc}")
             return
         if not isinstance(data, dict):
             await self.refuse("BAD_COMMAND", "A command must be a JSON object.")
