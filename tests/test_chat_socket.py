@@ -336,3 +336,33 @@ async def test_numbers_out_of_range_are_refused_like_nan(chat: ChatClient) -> No
     row, letter = free_seat(seats)
     await chat.answer(seats, row=row, seat=letter)
     assert (await chat.next("tool_call", status="completed"))["result"]["booked"] is True
+
+
+async def test_an_answer_whose_session_is_not_its_call_is_refused_at_once(
+    chat: ChatClient,
+) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.send(
+        {
+            "type": "elicit_response",
+            "session_id": flights["session_id"],  # live, and this conversation's
+            "call_id": "call_someone_else",
+            "elicit_id": flights["elicit_id"],
+            "content": {"flight_id": flights["context"]["flights"][0]["id"]},
+        }
+    )
+    await chat.send({"type": "approve", "call_id": "next"})
+    # Failure bounds only: the socket used to sit in this answer for 10 s.
+    refused = await chat.next("error", timeout=5)
+    assert refused == {
+        "type": "error",
+        "code": "BAD_COMMAND",
+        "message": f"This answer names session {flights['session_id']!r} and call "
+        "'call_someone_else': a tool session's id is its call id, so send the call_id of "
+        "the form as both.",
+    }
+    following = await chat.next("error", timeout=5)
+    assert following["message"] == "Nothing is waiting for approval as 'next'."
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    assert (await chat.next("elicit", key="pick_seat"))["call_id"] == flights["call_id"]
