@@ -34,12 +34,24 @@ from chatbridge.core.protocol import (
     parse_command,
 )
 
-__all__ = ["MAX_MESSAGE_BYTES", "ChatConsumer"]
+__all__ = [
+    "CLOSE_FORBIDDEN",
+    "CLOSE_RATE_LIMITED",
+    "CLOSE_TOO_LARGE",
+    "MAX_MESSAGE_BYTES",
+    "ChatConsumer",
+]
 
 logger = logging.getLogger("chatbridge.chat")
 
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
+# The application's own close codes. RFC 6455 leaves 4000-4999 to applications; a server may
+# refuse a protocol code such as 1009 from the application (daphne does, and the client then
+# sees 1011). 4403 and 4429 echo HTTP's 403 and 429; 4009 echoes 1009, "message too big".
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_LARGE = 4009
+CLOSE_RATE_LIMITED = 4429
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
 
 
@@ -102,7 +114,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             logger.warning(
                 "refused socket for conversation %s (owner %s)", self.conversation_id, owner
             )
-            await self.close(code=4403)
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(
             conversation_group(self.conversation_id), self.channel_name
@@ -128,13 +140,13 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.refuse(
                 "TOO_LARGE", f"Messages are limited to {MAX_MESSAGE_BYTES // 1024} KiB."
             )
-            await self.close(code=1009)  # RFC 6455: message too big
+            await self.close(code=CLOSE_TOO_LARGE)
             return
         if not self.bucket.take():
             self.strikes += 1
             if self.strikes > MAX_STRIKES:
                 await self.refuse("RATE_LIMITED", "Too many messages; this connection is closed.")
-                await self.close(code=4429)
+                await self.close(code=CLOSE_RATE_LIMITED)
             elif self.strikes == 1 or self.strikes % 20 == 0:
                 await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
             return
