@@ -107,3 +107,36 @@ async def test_an_oversized_message_gets_too_large_then_close_code_4009(live: Li
     assert socket.close_code == 4009, f"{live.kind} closed with {socket.close_code}"
     log = live.stop()
     assert "Traceback" not in log, failures(log)
+
+
+async def test_clients_that_vanish_mid_turn_leave_no_tracebacks(live: Live) -> None:
+    rounds, crowd = 3, 18
+    for _ in range(rounds):
+        browser = await new_browser(live.base)
+        driver = await open_socket(live, browser)
+        sockets = [await open_socket(live, browser, api=False) for _ in range(crowd)]
+        await driver.send(BOOK)
+        # The driver (JSON) has the user's message; the browsers' sockets are still waiting for
+        # their copy (each renders a sidebar link from the database first). Now a third of
+        # them close properly, a third drop their TCP connection and a third send a message
+        # the application refuses by closing them, while the turn's events keep coming.
+        await next_event(driver, "user_message")
+        for i, socket in enumerate(sockets):
+            if i % 3 == 0:
+                await socket.send("x" * (70 * 1024))
+            elif i % 3 == 1:
+                socket.transport.abort()
+        await asyncio.gather(*(s.close() for i, s in enumerate(sockets) if i % 3 == 2))
+        assert (await next_event(driver, "elicit"))["key"] == "pick_flight"
+        await driver.close()
+        await asyncio.gather(*(s.close() for i, s in enumerate(sockets) if i % 3 == 0))
+
+    # The server still serves a booking to its question.
+    socket = await open_socket(live, await new_browser(live.base))
+    await socket.send(BOOK)
+    assert (await next_event(socket, "elicit"))["key"] == "pick_flight"
+    await socket.close()
+    log = live.stop()  # daphne reports a failed application when it reaps it, once a second
+    closed = log.count("WSDISCONNECT" if live.kind == "daphne" else "connection closed")
+    assert closed >= rounds * (crowd + 1)  # the server saw every socket go
+    assert "Traceback" not in log, failures(log)

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
+from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
@@ -87,6 +88,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     conversation_id: str
     json_mode: bool
+    # Set once the socket is closed, by this consumer or by its client. The consumer still gets
+    # the conversation's events until the server's disconnect reaches it; they are dropped.
+    closed = False
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels checks database connections before every handler, in a thread hop; frames
@@ -129,6 +133,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         await hub.recover(self.conversation_id)
 
     async def disconnect(self, code: int) -> None:
+        self.closed = True
         if hasattr(self, "conversation_id"):
             await self.channel_layer.group_discard(
                 conversation_group(self.conversation_id), self.channel_name
@@ -203,9 +208,13 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     async def chat_event(self, message: dict[str, Any]) -> None:
         """Group handler: an event of the conversation."""
-        await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
+        if not self.closed:
+            await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
 
     async def send_event(self, event: ChatEvent) -> None:
+        if self.closed:
+            logger.debug("socket closed; %s event dropped", event.type)
+            return
         if self.json_mode:
             await self.send(text_data=event.model_dump_json())
             return
@@ -214,3 +223,37 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             html += await _sidebar_link(self.conversation_id)
         if html:
             await self.send(text_data=html)
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        """Send a frame; a client that is gone is not an error (the frame is dropped)."""
+        if self.closed:
+            return
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Exception as exc:
+            if not client_gone(exc):
+                raise
+            self._went_away(exc)
+
+    async def close(self, code: int | None = None, reason: str | None = None) -> None:
+        """Close the socket; nothing is sent on it afterwards (servers refuse it)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await super().close(code=code, reason=reason)
+        except Exception as exc:
+            if not client_gone(exc):
+                raise
+            self._went_away(exc)
+
+    def _went_away(self, exc: Exception) -> None:
+        self.closed = True
+        logger.debug(
+            "socket of conversation %s is gone: %s: %s",
+            getattr(self, "conversation_id", "?"),
+            type(exc).__name__,
+            exc,
+        )
