@@ -35,5 +35,8 @@ def get_mcp_endpoint() -> McpEndpoint:
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
     )
     return McpEndpoint(
-        bridge, allowed_hosts=settings.ALLOWED_HOSTS, token=settings.CHATBRIDGE_MCP_TOKEN
+        bridge,
+        allowed_hosts=settings.ALLOWED_HOSTS,
+        trusted_origins=settings.CSRF_TRUSTED_ORIGINS,
+        token=settings.CHATBRIDGE_MCP_TOKEN,
     )
