@@ -16,9 +16,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from chatbridge.chat.checks import static_files_collected  # noqa: E402
+from chatbridge.chat.origins import SameOriginValidator  # noqa: E402
 from chatbridge.chat.routing import websocket_urlpatterns  # noqa: E402
 from chatbridge.llm import litellm_module  # noqa: E402
 from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
@@ -44,9 +44,8 @@ async def http_router(scope: dict, receive, send) -> None:  # type: ignore[no-un
 application = ProtocolTypeRouter(
     {
         "http": http_router,
-        # Origin checked against ALLOWED_HOSTS; the session and user identify the owner.
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session and user
+        # identify the owner.
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -13,7 +13,9 @@ from django.contrib.sessions.backends.db import SessionStore
 from chatbridge.asgi import application
 from chatbridge.chat.models import Conversation
 
+# A page of the site itself: the Origin is the same host and port as the Host the socket asks.
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")
 
 
 @sync_to_async
@@ -33,7 +35,7 @@ class ChatClient:
     """Speaks the JSON protocol; remembers every event it received."""
 
     def __init__(self, conversation_id: str, session_key: str, *, origin: bool = True) -> None:
-        headers = [(b"cookie", f"sessionid={session_key}".encode())]
+        headers = [(b"cookie", f"sessionid={session_key}".encode()), HOST]
         if origin:
             headers.append(ORIGIN)
         self.conversation_id, self.session_key = conversation_id, session_key
@@ -99,7 +101,7 @@ async def html_socket() -> WebsocketCommunicator:
     socket = WebsocketCommunicator(
         application,
         f"/ws/chat/{conversation}/",
-        headers=[ORIGIN, (b"cookie", f"sessionid={key}".encode())],
+        headers=[ORIGIN, HOST, (b"cookie", f"sessionid={key}".encode())],
     )
     connected, code = await socket.connect(timeout=10)
     assert connected, f"socket refused with code {code}"

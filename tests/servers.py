@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -52,15 +54,66 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-def start_daphne(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """daphne serving the project on ``port``, listening on return. Its output goes to
-    ``$CHATBRIDGE_TEST_LOGS/daphne-<port>.log`` when that is set, else nowhere."""
-    logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
-    out = open(f"{logs}/daphne-{port}.log", "wb") if logs else subprocess.DEVNULL  # noqa: SIM115
-    command = ["daphne", "-b", "127.0.0.1", "-p", str(port), "chatbridge.asgi:application"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *command], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[str, str]:
+    """The environment of a server on a fresh SQLite ``database``, migrated."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": settings,
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
     )
+    return env
+
+
+def _output(name: str, log: Path | None) -> IO[bytes] | int:
+    """Where a server writes: ``log``, else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else nowhere."""
+    if log is not None:
+        return log.open("wb")
+    logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
+    return open(f"{logs}/{name}.log", "wb") if logs else subprocess.DEVNULL  # noqa: SIM115
+
+
+def _spawn(
+    command: list[str], env: dict[str, str], out: IO[bytes] | int
+) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", *command],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    finally:
+        if not isinstance(out, int):
+            out.close()  # the server has its own copy
+
+
+def start_daphne(
+    port: int, env: dict[str, str], *, options: Sequence[str] = (), log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """daphne serving the project on ``port`` (with extra command-line ``options``), listening
+    on return. Its output goes to ``log``, else ``$CHATBRIDGE_TEST_LOGS/daphne-<port>.log``
+    when that is set, else nowhere."""
+    command = ["daphne", *options, "-b", "127.0.0.1", "-p", str(port)]
+    proc = _spawn([*command, "chatbridge.asgi:application"], env, _output(f"daphne-{port}", log))
+    wait_for_port(port, proc)
+    return proc
+
+
+def start_uvicorn(
+    port: int, env: dict[str, str], *, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """uvicorn serving the project as the README runs it in production, listening on return."""
+    command = ["uvicorn", "chatbridge.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+    options = ["--lifespan", "off", "--ws", "websockets"]
+    proc = _spawn([*command, *options], env, _output(f"uvicorn-{port}", log))
     wait_for_port(port, proc)
     return proc
 

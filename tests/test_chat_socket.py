@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from chatbridge.chat import runtime
+from chatbridge.chat.models import JournalRecord
+from chatbridge.chat.writer import flush
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
@@ -207,7 +210,7 @@ async def test_an_oversized_message_gets_an_error_and_the_socket_is_closed(
     await chat.socket.send_to(text_data="x" * (65 * 1024))
     assert (await chat.next("error"))["message"] == "Messages are limited to 64 KiB."
     closing = await chat.socket.receive_output(timeout=5)
-    assert closing == {"type": "websocket.close", "code": 1009}
+    assert closing == {"type": "websocket.close", "code": 4009}
 
 
 async def test_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> None:
@@ -252,3 +255,114 @@ async def test_a_question_nobody_answers_expires_and_the_model_is_told(chat: Cha
     assert result == {"booked": False, "reason": "flight selection cancelled"}
     reply = await chat.next("assistant_message")
     assert "did not go through (flight selection cancelled)" in reply["content"]
+
+
+def answer_frame(form: dict[str, Any], content: dict[str, Any], **raw: str) -> str:
+    """An ``elicit_response`` frame for ``form``; the values named in ``raw`` are spliced in as
+    raw JSON text (escapes and numbers no JSON encoder writes)."""
+    placeholders = {key: f"@{key}@" for key in raw}
+    text = json.dumps(
+        {
+            "type": "elicit_response",
+            "session_id": form["session_id"],
+            "call_id": form["call_id"],
+            "elicit_id": form["elicit_id"],
+            "action": "accept",
+            "content": {**content, **placeholders},
+        }
+    )
+    for key, token in raw.items():
+        text = text.replace(json.dumps(placeholders[key]), token)
+    return text
+
+
+FEEDBACK = {
+    "name": "Ada",
+    "email": "ada@example.org",
+    "visit_date": "2026-11-20",
+    "rating": "4",
+    "topic": "praise",
+}
+LONE_SURROGATE = (
+    "That message was not valid JSON: a string has an unpaired surrogate escape "
+    "(\\uD800-\\uDFFF). Send characters as UTF-8, or escape them as complete surrogate pairs."
+)
+
+
+async def test_a_lone_surrogate_in_an_answer_is_refused_and_the_question_stays(
+    chat: ChatClient,
+) -> None:
+    await chat.send_user("Send feedback")
+    request = await chat.next("approval_request")
+    await chat.send({"type": "approve", "call_id": request["call_id"]})
+    form = await chat.next("elicit", key="feedback")
+    seen = len(chat.events)
+    for token in ('"Hi \\uD800"', '"\\udc00 there"', '"\\ude00\\ud83d"'):  # high, low, reversed
+        await chat.socket.send_to(text_data=answer_frame(form, FEEDBACK, comment=token))
+        assert await chat.next("error", timeout=5) == {
+            "type": "error",
+            "code": "BAD_JSON",
+            "message": LONE_SURROGATE,
+        }
+    assert [e["type"] for e in chat.events[seen:]] == ["error"] * 3  # nothing reached the form
+    assert runtime.get_hub().state(chat.conversation_id).pending == [form["call_id"]]
+
+    # A complete pair, escaped as json.dumps writes it ("\\ud83d\\ude00"), is text like any other.
+    await chat.answer(form, **FEEDBACK, comment="Great \U0001f600")
+    done = await chat.next("tool_call", status="completed")
+    assert done["result"]["comment"] == "Great \U0001f600"
+
+
+async def test_numbers_out_of_range_are_refused_like_nan(chat: ChatClient) -> None:
+    _, seats = await to_seat_picker(chat)
+    seen = len(chat.events)
+    refusals = {
+        "1e999": "That message was not valid JSON: the number 1e999 is out of range; "
+        "numbers must be finite.",
+        "-1E999": "That message was not valid JSON: the number -1E999 is out of range; "
+        "numbers must be finite.",
+        "NaN": "That message was not valid JSON: NaN is not a JSON number.",
+        "-Infinity": "That message was not valid JSON: -Infinity is not a JSON number.",
+    }
+    for token, message in refusals.items():
+        await chat.socket.send_to(text_data=answer_frame(seats, {"seat": "A"}, row=token))
+        error = await chat.next("error", timeout=5)
+        assert (error["code"], error["message"]) == ("BAD_JSON", message)
+    assert [e["type"] for e in chat.events[seen:]] == ["error"] * len(refusals)
+    await flush()  # refused answers would be recorded by the background writer
+    record = await JournalRecord.objects.aget(session_id=seats["session_id"], key="pick_seat")
+    assert record.rejected == [] and record.result is None  # nothing reached the form or audit
+
+    row, letter = free_seat(seats)
+    await chat.answer(seats, row=row, seat=letter)
+    assert (await chat.next("tool_call", status="completed"))["result"]["booked"] is True
+
+
+async def test_an_answer_whose_session_is_not_its_call_is_refused_at_once(
+    chat: ChatClient,
+) -> None:
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", key="pick_flight")
+    await chat.send(
+        {
+            "type": "elicit_response",
+            "session_id": flights["session_id"],  # live, and this conversation's
+            "call_id": "call_someone_else",
+            "elicit_id": flights["elicit_id"],
+            "content": {"flight_id": flights["context"]["flights"][0]["id"]},
+        }
+    )
+    await chat.send({"type": "approve", "call_id": "next"})
+    # Failure bounds only: the socket used to sit in this answer for 10 s.
+    refused = await chat.next("error", timeout=5)
+    assert refused == {
+        "type": "error",
+        "code": "BAD_COMMAND",
+        "message": f"This answer names session {flights['session_id']!r} and call "
+        "'call_someone_else': a tool session's id is its call id, so send the call_id of "
+        "the form as both.",
+    }
+    following = await chat.next("error", timeout=5)
+    assert following["message"] == "Nothing is waiting for approval as 'next'."
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    assert (await chat.next("elicit", key="pick_seat"))["call_id"] == flights["call_id"]

@@ -68,6 +68,33 @@ broken_plugin = make_plugin(
 ).build()
 
 
+class Go(BaseModel):
+    go: bool
+
+
+class LongJob:
+    """The job ``long_job`` does after its question; a test sets a fresh gate and opens it."""
+
+    gate = asyncio.Event()
+
+
+async def ask_then_work(params: Any, ctx: Any) -> dict[str, Any]:
+    await ctx.elicit("go", message="Start the long job?")
+    await LongJob.gate.wait()
+    return {"done": True}
+
+
+async def show_go(req: Any, ctx: Any) -> Any:
+    return (await ctx.render("go.html")).result
+
+
+long_job_plugin = (
+    make_plugin(create_mcp_tool("long_job").elicits(go=Go).execute(ask_then_work))
+    .on_elicit(go=show_go)
+    .build()
+)
+
+
 @pytest.fixture
 async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
     events: list[ChatEvent] = []
@@ -83,7 +110,7 @@ async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
     store = MemoryStore()
     manager = SessionManager(sampler=LiteLLMSampler("offline/engine"))
     chat = ChatHub(
-        registry=PluginRegistry([book_flight_plugin, broken_plugin]),
+        registry=PluginRegistry([book_flight_plugin, broken_plugin, long_job_plugin]),
         manager=manager,
         store=store,
         sink=sink,
@@ -99,7 +126,7 @@ async def test_tool_problems_become_tool_messages_for_the_model(hub: Any) -> Non
     chat, _, events = hub
     run = chat.execute_tool_call
     assert await run("c", ToolCallRequest("1", "fly_to_mars", "{}")) == (
-        "Error: Unknown tool 'fly_to_mars'. Available tools: book_flight, broken."
+        "Error: Unknown tool 'fly_to_mars'. Available tools: book_flight, broken, long_job."
     )
     assert (await run("c", ToolCallRequest("2", "broken", "{nope"))).startswith(
         "Error: Arguments for tool 'broken' are not valid JSON:"
@@ -207,3 +234,33 @@ async def test_unknown_calls_are_refused(hub: Any) -> None:
         )
     with pytest.raises(CommandRefused, match="No running tool 'x' in this conversation."):
         await chat.abort("conv", "x", "why")
+
+
+async def test_an_answer_for_a_live_call_between_questions_is_refused_at_once(hub: Any) -> None:
+    from chatbridge.core.engine import CommandRefused
+
+    chat, _, events = hub
+    LongJob.gate = asyncio.Event()
+    call = asyncio.create_task(chat.execute_tool_call("c", ToolCallRequest("j1", "long_job", "{}")))
+    form = await first_event(events, "elicit")
+    answer = ElicitResponseCommand(
+        type="elicit_response",
+        session_id=form.session_id,
+        call_id=form.call_id,
+        elicit_id=form.elicit_id,
+        content={"go": True},
+    )
+    await chat.elicit_response("c", answer)
+    await first_event(events, "elicit_complete")  # the tool works on; no question is open
+    assert chat.state("c").pending == [] and chat.manager.get("j1") is not None
+    # The same answer again (a double click): refused now, not after waiting for a question
+    # that never comes (the bound is only there to fail; the old wait was 10 s).
+    with pytest.raises(CommandRefused) as refused:
+        await asyncio.wait_for(chat.elicit_response("c", answer), 5)
+    assert (refused.value.code, str(refused.value)) == (
+        "NOT_WAITING",
+        "This question is not waiting for an answer.",
+    )
+    assert not call.done()
+    LongJob.gate.set()
+    assert json.loads(await call) == {"done": True}

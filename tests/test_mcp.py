@@ -425,3 +425,94 @@ def test_foreign_origins_are_refused(server: str) -> None:
         urllib.request.urlopen(request, timeout=10)
     info.value.close()
     assert info.value.code == 403
+
+
+LONE = "@@lone-surrogate@@"  # what a client without a JSON encoder's checks would send
+
+
+class LoneSurrogates(httpx2.AsyncHTTPTransport):
+    """Real HTTP, but ``LONE`` in a request body goes out as an unpaired surrogate escape:
+    the SDK's own client cannot encode one, careless clients do."""
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await request.aread()
+        if LONE.encode() in body:
+            headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+            request = httpx2.Request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=body.replace(LONE.encode(), b"\\ud800"),
+                extensions=request.extensions,
+            )
+        return await super().handle_async_request(request)
+
+
+@contextlib.asynccontextmanager
+async def careless_client(server: str, mode: str, **options: Any) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(transport=LoneSurrogates(), timeout=30) as http:
+        transport = streamable_http_client(f"{server}/mcp", http_client=http)
+        async with Client(transport, mode=mode, **options) as client:
+            yield client
+
+
+async def test_a_lone_surrogate_in_a_respond_payload_is_refused_and_the_request_stays(
+    server: str,
+) -> None:
+    requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            requests.put_nowait(params.data)
+
+    async with careless_client(server, "legacy", logging_callback=on_log) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        first = await asyncio.wait_for(requests.get(), 10)
+        with pytest.raises(MCPError) as info:
+            await client.call_tool(
+                "_respond", {"request_id": first["request_id"], "payload": {"flight_id": LONE}}
+            )
+        assert info.value.error.code == types.PARSE_ERROR
+        assert info.value.error.message.startswith("Parse error: ")
+        requests.put_nowait(first)  # still open: answer it properly
+        await answer_requests(client, requests, flight=1)
+        result = await call
+    assert result.structured_content["flight"] == FLIGHTS[1].number
+
+
+async def test_a_lone_surrogate_in_input_responses_is_an_invalid_answer_asked_again(
+    server: str,
+) -> None:
+    # 2026-07-28 requests are parsed by the SDK with json.loads, which keeps the surrogate;
+    # the answer's model refuses it like any invalid answer, and the question is asked again.
+    async with careless_client(server, "2026-07-28", elicitation_callback=Person()) as client:
+        first = await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        [key] = first.input_requests
+
+        def answer(flight_id: str) -> dict[str, types.ElicitResult]:
+            return {key: types.ElicitResult(action="accept", content={"flight_id": flight_id})}
+
+        again = await client.session.call_tool(
+            "book_flight",
+            ROUTE,
+            allow_input_required=True,
+            input_responses=answer(LONE),
+            request_state=first.request_state,
+        )
+        assert isinstance(again, types.InputRequiredResult)
+        [(same, request)] = again.input_requests.items()
+        assert same == key
+        assert (
+            "Your previous answer was not accepted: flight_id: Input should be a valid string, "
+            "unable to parse raw data as a unicode string." in request.params.message
+        )
+        second = await client.session.call_tool(
+            "book_flight",
+            ROUTE,
+            allow_input_required=True,
+            input_responses=answer(FLIGHTS[0].id),
+            request_state=again.request_state,
+        )
+    assert isinstance(second, types.InputRequiredResult)
+    assert next(iter(second.input_requests)).startswith("book_flight:pick_seat:")

@@ -58,6 +58,7 @@ leaves = (
     | st.integers(min_value=-(10**40), max_value=10**40)
     | st.floats(allow_nan=True, allow_infinity=True)
 )
+surrogates = st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3)  # mostly lone
 json_like = st.recursive(
     leaves,
     lambda inner: (
@@ -84,6 +85,8 @@ raw_frames = st.one_of(
     st.text(max_size=200),
     st.integers(min_value=1, max_value=3000).map(lambda depth: "[" * depth + "]" * depth),
     st.just("9" * 5000),
+    st.sampled_from(["1e999", "-1e999", '{"type": "approve", "call_id": 1e400}']),
+    surrogates.map(lambda text: json.dumps({"type": "approve", "call_id": text})),
 )
 
 
@@ -139,6 +142,7 @@ async def test_fuzzed_answers_never_reach_the_tool() -> None:
         st.fixed_dictionaries(
             {"row": st.integers(-5, 40), "seat": st.sampled_from(list("ABCDEFG"))}
         ),
+        st.fixed_dictionaries({"seat_label": surrogates}),
     )
     invalid = [a for a in generate(answers, EXAMPLES) if not _valid(a, taken)]
     tally: Counter[str] = Counter()
@@ -160,7 +164,7 @@ async def test_fuzzed_answers_never_reach_the_tool() -> None:
     await flush()  # refused answers are recorded by the background writer
     record = await JournalRecord.objects.aget(session_id=form["session_id"], key="pick_seat")
     assert record.result is None  # nothing reached the tool
-    json_ok = [c for c in invalid if not _has_constants(c)]
+    json_ok = [c for c in invalid if not _refused_as_json(c)]
     assert len(record.rejected) == len(json_ok)  # each refused answer is on record
     label = seat_map_for(flight_id).first_free()
     await chat.answer(form, seat_label=label)
@@ -170,13 +174,16 @@ async def test_fuzzed_answers_never_reach_the_tool() -> None:
     await chat.close()
 
 
-def _has_constants(value: Any) -> bool:
+def _refused_as_json(value: Any) -> bool:
+    """Refused before it is an answer (BAD_JSON): NaN, infinities, lone surrogates."""
     if isinstance(value, float):
         return math.isnan(value) or math.isinf(value)
+    if isinstance(value, str):  # a high and a low surrogate in a row travel as one character
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in json.loads(json.dumps(value)))
     if isinstance(value, dict):
-        return any(_has_constants(v) for v in value.values())
+        return any(_refused_as_json(k) or _refused_as_json(v) for k, v in value.items())
     if isinstance(value, list):
-        return any(_has_constants(v) for v in value)
+        return any(_refused_as_json(v) for v in value)
     return False
 
 

@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat
-from tests.servers import ROOT, free_port, start_daphne, stop
-
-
-def migrated_env(database: Path) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=120,
-    )
-    return env
+from tests.servers import free_port, migrated_env, start_daphne, stop
 
 
 async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -13,12 +12,14 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
+from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.runtime import conversation_group, get_hub
 from chatbridge.chat.store import owner_key
 from chatbridge.chat.workers import ensure_listener
+from chatbridge.core import strict_json
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
 from chatbridge.core.protocol import (
@@ -34,17 +35,25 @@ from chatbridge.core.protocol import (
     parse_command,
 )
 
-__all__ = ["MAX_MESSAGE_BYTES", "ChatConsumer"]
+__all__ = [
+    "CLOSE_FORBIDDEN",
+    "CLOSE_RATE_LIMITED",
+    "CLOSE_TOO_LARGE",
+    "MAX_MESSAGE_BYTES",
+    "ChatConsumer",
+]
 
 logger = logging.getLogger("chatbridge.chat")
 
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
+# The application's own close codes. RFC 6455 leaves 4000-4999 to applications; a server may
+# refuse a protocol code such as 1009 from the application (daphne does, and the client then
+# sees 1011). 4403 and 4429 echo HTTP's 403 and 429; 4009 echoes 1009, "message too big".
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_LARGE = 4009
+CLOSE_RATE_LIMITED = 4429
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +88,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     conversation_id: str
     json_mode: bool
+    # Set once the socket is closed, by this consumer or by its client. The consumer still gets
+    # the conversation's events until the server's disconnect reaches it; they are dropped.
+    closed = False
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels checks database connections before every handler, in a thread hop; frames
@@ -106,7 +118,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             logger.warning(
                 "refused socket for conversation %s (owner %s)", self.conversation_id, owner
             )
-            await self.close(code=4403)
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(
             conversation_group(self.conversation_id), self.channel_name
@@ -121,6 +133,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         await hub.recover(self.conversation_id)
 
     async def disconnect(self, code: int) -> None:
+        self.closed = True
         if hasattr(self, "conversation_id"):
             await self.channel_layer.group_discard(
                 conversation_group(self.conversation_id), self.channel_name
@@ -132,20 +145,20 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.refuse(
                 "TOO_LARGE", f"Messages are limited to {MAX_MESSAGE_BYTES // 1024} KiB."
             )
-            await self.close(code=1009)  # RFC 6455: message too big
+            await self.close(code=CLOSE_TOO_LARGE)
             return
         if not self.bucket.take():
             self.strikes += 1
             if self.strikes > MAX_STRIKES:
                 await self.refuse("RATE_LIMITED", "Too many messages; this connection is closed.")
-                await self.close(code=4429)
+                await self.close(code=CLOSE_RATE_LIMITED)
             elif self.strikes == 1 or self.strikes % 20 == 0:
                 await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
             return
-        try:
-            data = json.loads(raw, parse_constant=_no_constants)
-        except (ValueError, RecursionError):  # malformed, NaN/Infinity, or nested too deep
-            await self.refuse("BAD_JSON", "That message was not valid JSON.")
+        try:  # NaN, 1e999 and lone surrogates are refused here, before anything keeps them
+            data = strict_json.loads(raw)
+        except strict_json.NotStrictJson as exc:
+            await self.refuse("BAD_JSON", f"That message was not valid JSON: {exc}")
             return
         if not isinstance(data, dict):
             await self.refuse("BAD_COMMAND", "A command must be a JSON object.")
@@ -195,9 +208,13 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     async def chat_event(self, message: dict[str, Any]) -> None:
         """Group handler: an event of the conversation."""
-        await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
+        if not self.closed:
+            await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
 
     async def send_event(self, event: ChatEvent) -> None:
+        if self.closed:
+            logger.debug("socket closed; %s event dropped", event.type)
+            return
         if self.json_mode:
             await self.send(text_data=event.model_dump_json())
             return
@@ -206,3 +223,37 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             html += await _sidebar_link(self.conversation_id)
         if html:
             await self.send(text_data=html)
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        """Send a frame; a client that is gone is not an error (the frame is dropped)."""
+        if self.closed:
+            return
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Exception as exc:
+            if not client_gone(exc):
+                raise
+            self._went_away(exc)
+
+    async def close(self, code: int | None = None, reason: str | None = None) -> None:
+        """Close the socket; nothing is sent on it afterwards (servers refuse it)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await super().close(code=code, reason=reason)
+        except Exception as exc:
+            if not client_gone(exc):
+                raise
+            self._went_away(exc)
+
+    def _went_away(self, exc: Exception) -> None:
+        self.closed = True
+        logger.debug(
+            "socket of conversation %s is gone: %s: %s",
+            getattr(self, "conversation_id", "?"),
+            type(exc).__name__,
+            exc,
+        )

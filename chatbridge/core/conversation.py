@@ -75,6 +75,15 @@ class ConversationRuntime:
     pending: dict[str, PendingElicit] = field(default_factory=dict)  # call id → open question
     approvals: dict[str, PendingApproval] = field(default_factory=dict)  # call id → approval
     calls: set[str] = field(default_factory=set)  # tool calls this process ran
+    # Calls being resumed by replay whose question is not shown again yet: an answer for one
+    # of them may wait for its form (the event is set once it shows, or the replay ends).
+    resuming: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def resumed(self, call_id: str) -> None:
+        """The call's replay showed its question, or ended: answers need not wait for it."""
+        shown = self.resuming.pop(call_id, None)
+        if shown is not None:
+            shown.set()
 
     def waiting_phase(self) -> Phase:
         if self.pending:

@@ -109,6 +109,12 @@ class ChatHub:
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session)."""
+        if cmd.session_id != cmd.call_id:
+            raise CommandRefused(
+                "BAD_COMMAND",
+                f"This answer names session {cmd.session_id!r} and call {cmd.call_id!r}: a tool "
+                "session's id is its call id, so send the call_id of the form as both.",
+            )
         conv = self._conversation(conversation_id)
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
@@ -168,6 +174,9 @@ class ChatHub:
         turns = [c.turn for c in self._conversations.values() if c.turn is not None]
         for turn in turns:
             turn.cancel()
+        for conv in self._conversations.values():
+            for call_id in list(conv.resuming):
+                conv.resumed(call_id)
         if turns:
             await asyncio.wait(turns)
         self._conversations.clear()
@@ -204,6 +213,8 @@ class ChatHub:
             return False
         claimed = await self._claim(conv)
         if claimed and not conv.running:
+            for call in claimed:  # before the turn runs: answers arriving now wait for the form
+                conv.resuming[call.call_id] = asyncio.Event()
             self._start(conv, lost=[], resume=claimed)
             return True
         return False
@@ -222,15 +233,19 @@ class ChatHub:
     async def _deliver_when_shown(
         self, conv: ConversationRuntime, cmd: ElicitResponseCommand, timeout: float = 10.0
     ) -> None:
-        """Deliver an answer once its (replayed) question is shown again."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            pending = conv.pending.get(cmd.call_id)
-            if pending is not None and pending.waiter is not None:
-                await self.elicit_response(conv.id, cmd)
-                return
-            await asyncio.sleep(0.02)
+        """Deliver an answer for a call being resumed by replay once its question shows again.
+
+        Only a call in ``conv.resuming`` is waited for, and only until its replay shows the
+        question or ends: the socket that sent the answer handles nothing else meanwhile.
+        """
+        shown = conv.resuming.get(cmd.call_id)
+        if shown is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shown.wait(), timeout)
+        pending = conv.pending.get(cmd.call_id)
+        if pending is not None and pending.waiter is not None:
+            await self.elicit_response(conv.id, cmd)
+            return
         raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
 
     async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
@@ -241,9 +256,12 @@ class ChatHub:
     async def _unmatched_response(
         self, conv: ConversationRuntime, cmd: ElicitResponseCommand
     ) -> None:
-        if self.manager.get(cmd.session_id) is not None and cmd.session_id in conv.calls:
+        if cmd.call_id in conv.resuming:
             await self._deliver_when_shown(conv, cmd)  # being replayed: its form comes back
             return
+        if self.manager.get(cmd.call_id) is not None and cmd.call_id in conv.calls:
+            # Live here with no question open (answered, the tool works on): nothing to wait for.
+            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
         if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
         owner = next(
@@ -253,7 +271,9 @@ class ChatHub:
             logger.info("answer for %s handed to worker %s", cmd.call_id, owner)
             return  # the worker holding the session took the answer; its events reach us
         logger.info("answer for %s: worker %r did not take it; resuming here", cmd.call_id, owner)
-        if await self.recover(conv.id):  # its journal survived: resume, then answer
+        # Its journal survived: resume, then answer. recover() may resume other calls of the
+        # conversation and not this one (claimed elsewhere, or no journal): then do not wait.
+        if await self.recover(conv.id) and cmd.call_id in conv.resuming:
             await self._deliver_when_shown(conv, cmd)
             return
         if conv.running:
@@ -305,6 +325,8 @@ class ChatHub:
                 await self.sink(conv.id, failed)
         finally:
             conv.turn = None
+            for call in resume:  # if the turn failed before replaying them, stop waiting
+                conv.resumed(call.call_id)
         with contextlib.suppress(Exception):
             await self._phase(conv, "done")
         if conv.turn is None and not conv.pending and not conv.approvals:  # nothing to remember

@@ -24,6 +24,7 @@ from chatbridge.core.protocol import (
     ApprovalRequest,
     ChatEvent,
     ElicitComplete,
+    ElicitForm,
     ElicitStart,
     LogLine,
     Phase,
@@ -91,6 +92,12 @@ class ToolCallRunner:
 
     async def resume(self, conv: ConversationRuntime, call: ResumableCall) -> str:
         """Resume a suspended call by replaying its journal (after a restart or a takeover)."""
+        try:
+            return await self._resume(conv, call)
+        finally:
+            conv.resumed(call.call_id)  # ended without showing a question (or showed it)
+
+    async def _resume(self, conv: ConversationRuntime, call: ResumableCall) -> str:
         plugin = self.registry.get(call.tool_name)
         if plugin is None:
             return f"Error: Unknown tool {call.tool_name!r}; the call cannot be resumed."
@@ -242,6 +249,8 @@ class ToolCallRunner:
 
     def _sink_for(self, conv: ConversationRuntime) -> Callable[[ChatEvent], Awaitable[None]]:
         async def send(event: ChatEvent) -> None:
+            if isinstance(event, ElicitForm):  # shown, its post awaited: answers go straight in
+                conv.resumed(event.call_id)
             await self.sink(conv.id, event)
 
         return send

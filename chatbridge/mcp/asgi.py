@@ -1,9 +1,9 @@
 """``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, started lazily, guarded.
 
 daphne runs no ASGI lifespan, so the SDK's session manager is started on the first request in
-a task that lives as long as the event loop. Who may call it is explicit: a bearer token, or a
-deliberate ``public`` endpoint; with neither, every request is refused with a 403 that says how
-to open it.
+a task that lives as long as the event loop. Requests from browser pages of other origins are
+refused. Who may call the tools is explicit: a bearer token, or a deliberate ``public``
+endpoint; with neither, every request is refused with a 403 that says how to open it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from mcp.server.transport_security import TransportSecuritySettings
 
+from chatbridge.chat.origins import request_origin_allowed
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
@@ -33,8 +34,12 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-def transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
-    """DNS-rebinding protection from Django's ``ALLOWED_HOSTS`` (any port)."""
+def transport_security(
+    allowed_hosts: Sequence[str], trusted_origins: Sequence[str] = ()
+) -> TransportSecuritySettings:
+    """The SDK's DNS-rebinding protection from Django's ``ALLOWED_HOSTS`` (any port) and
+    ``CSRF_TRUSTED_ORIGINS``. ``McpEndpoint`` checks origins more strictly (the port too)
+    before the SDK sees a request; the SDK's checks stay as a second line, and for ``Host``."""
     hosts = [h.lstrip(".") for h in allowed_hosts]
     if "*" in hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -42,29 +47,48 @@ def transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySetting
         enable_dns_rebinding_protection=True,
         allowed_hosts=[form for h in hosts for form in (h, f"{h}:*")],
         allowed_origins=[
-            form
-            for h in hosts
-            for scheme in ("http", "https")
-            for form in (f"{scheme}://{h}", f"{scheme}://{h}:*")
+            *(
+                form
+                for h in hosts
+                for scheme in ("http", "https")
+                for form in (f"{scheme}://{h}", f"{scheme}://{h}:*")
+            ),
+            *(form for o in trusted_origins for form in (o.rstrip("/"), o.rstrip("/").lower())),
         ],
     )
 
 
+async def _refuse(
+    send: Send, status: int, body: dict[str, str], headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
 class McpEndpoint:
-    """ASGI app for ``/mcp``: token check, lazy session manager, then the SDK's app."""
+    """ASGI app for ``/mcp``: origin and token checks, lazy session manager, the SDK's app."""
 
     def __init__(
         self,
         bridge: McpBridge,
         *,
         allowed_hosts: Sequence[str],
+        trusted_origins: Sequence[str] = (),
         token: str = "",
         public: bool = False,
     ) -> None:
         self.bridge = bridge
         self.public = public
+        self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
         self.app = bridge.server.streamable_http_app(
-            streamable_http_path="/mcp", transport_security=transport_security(allowed_hosts)
+            streamable_http_path="/mcp",
+            transport_security=transport_security(allowed_hosts, trusted_origins),
         )
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._started: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
@@ -103,37 +127,33 @@ class McpEndpoint:
         given = hashlib.sha256(token.strip().encode()).digest()
         return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token_digest)
 
+    def _foreign_origin(self, scope: Scope) -> str | None:
+        """The Origin of a browser page that may not call us; None if allowed or absent
+        (MCP clients that are not browsers send none)."""
+        origins = [v.decode("latin-1") for k, v in scope.get("headers") or () if k == b"origin"]
+        if not origins:
+            return None
+        if request_origin_allowed(scope, self.allowed_hosts, self.trusted_origins):
+            return None
+        return ", ".join(origins)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            foreign = self._foreign_origin(scope)
+            if foreign is not None:
+                detail = (
+                    f"Requests from {foreign} are refused: only this site's own origin, or one "
+                    "listed in CSRF_TRUSTED_ORIGINS, may call /mcp from a browser."
+                )
+                await _refuse(send, 403, {"error": "forbidden_origin", "detail": detail})
+                return
             if self._token_digest is None and not self.public:
-                await _refuse(send, 403, "forbidden", _CLOSED)
+                await _refuse(send, 403, {"error": "forbidden", "detail": _CLOSED})
                 return
             if not self._authorised(scope):
-                await _refuse(
-                    send,
-                    401,
-                    "unauthorized",
-                    "Send Authorization: Bearer <token>.",
-                    [(b"www-authenticate", b"Bearer")],
-                )
+                detail = "Send Authorization: Bearer <token>."
+                body = {"error": "unauthorized", "detail": detail}
+                await _refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
                 return
         await self._ensure_started()
         await self.app(scope, receive, send)
-
-
-async def _refuse(
-    send: Send,
-    status: int,
-    error: str,
-    detail: str,
-    headers: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
-    body = json.dumps({"error": error, "detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), *headers],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -37,6 +37,7 @@ def get_mcp_endpoint() -> McpEndpoint:
     return McpEndpoint(
         bridge,
         allowed_hosts=settings.ALLOWED_HOSTS,
+        trusted_origins=settings.CSRF_TRUSTED_ORIGINS,
         token=settings.CHATBRIDGE_MCP_TOKEN,
         public=settings.CHATBRIDGE_MCP_PUBLIC,
     )
