@@ -184,9 +184,12 @@ class BenchSite:
             "DJANGO_SETTINGS_MODULE": "bench.settings_bench"
             if plugin_settings
             else "chatbridge.settings",
-            # Production-like: no DEBUG query log, no static handler.
+            # The production settings: no DEBUG query log, collected static files.
             "DJANGO_DEBUG": "0",
             "DJANGO_SECRET_KEY": secrets.token_urlsafe(32),
+            "DJANGO_STATIC_ROOT": str(self.tmp / "static"),
+            # The MCP benchmarks call /mcp on loopback.
+            "CHATBRIDGE_MCP_PUBLIC": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "PYTHONPATH": str(ROOT),
             # The per-socket command rate limit (10/s, burst 30) would refuse a benchmark's
@@ -195,12 +198,13 @@ class BenchSite:
             "CHATBRIDGE_WS_BURST": "1000000",
         }
         self.env.pop("REDIS_URL", None)  # one worker: the in-memory channel layer
-        subprocess.run(
-            [PY, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env=self.env,
-            check=True,
-        )
+        for command in ("migrate", "collectstatic"):
+            subprocess.run(
+                [PY, "manage.py", command, "--noinput", "-v", "0"],
+                cwd=ROOT,
+                env=self.env,
+                check=True,
+            )
 
     def log(self, name: str) -> Path:
         return self.tmp / f"{name}.log"
