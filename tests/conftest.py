@@ -10,8 +10,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("CHATBRIDGE_MCP_PUBLIC", "1")
 
 import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -23,7 +21,7 @@ from chatbridge import SessionManager  # noqa: E402
 from chatbridge.chat import runtime  # noqa: E402
 from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
 from tests.production import Production, production_env, start_production  # noqa: E402
-from tests.servers import CHROMIUM_ARGS, ROOT, free_port, stop, wait_for_port  # noqa: E402
+from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,44 +59,15 @@ MCP_REQUEST_TIMEOUT = 3
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database and daphne serving the app on a free port."""
-    database = tmp_path_factory.mktemp("browser") / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-        "CHATBRIDGE_MCP_REQUEST_TIMEOUT": str(MCP_REQUEST_TIMEOUT),  # unanswered MCP requests
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    env = migrated_env(tmp_path_factory.mktemp("browser") / "db.sqlite3")
+    # Unanswered MCP requests time out quickly.
+    env["CHATBRIDGE_MCP_REQUEST_TIMEOUT"] = str(MCP_REQUEST_TIMEOUT)
     port = free_port()
-    log = (tmp_path_factory.getbasetemp() / "daphne.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "chatbridge.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_daphne(port, env, log=tmp_path_factory.getbasetemp() / "daphne.log")
     try:
-        wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
-        log.close()
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ from chatbridge.environment import (
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
 from tests.production import Production, production_env
-from tests.servers import ROOT, free_port, start_logged, stop
+from tests.servers import ROOT, free_port, start_daphne, stop
 
 OLD_CONSTANT = "chatbridge-development-only-not-secret"
 
@@ -305,11 +305,7 @@ def test_debug_asked_for_serves_the_apps_static_files_and_debug_pages(tmp_path: 
     env = production_env(tmp_path, DJANGO_DEBUG="1")
     _manage("migrate", "--noinput", "-v0", env=env, check=True)
     port = free_port()
-    command = [
-        sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-        "chatbridge.asgi:application",
-    ]  # fmt: skip
-    proc = start_logged(command, port, env, tmp_path / "daphne.log")
+    proc = start_daphne(port, env, log=tmp_path / "daphne.log")
     try:
         base = f"http://127.0.0.1:{port}"
         assert not (tmp_path / "static").exists()  # nothing collected
@@ -339,13 +335,9 @@ def behind_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Productio
     for command in (["migrate", "--noinput", "-v0"], ["collectstatic", "--noinput", "-v0"]):
         _manage(*command, env=env, check=True)
     port = free_port()
-    # The daphne command of `make run`.
-    command = [
-        sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-        "--websocket-max-message-size", "65536", "chatbridge.asgi:application",
-    ]  # fmt: skip
     log = tmp / "daphne.log"
-    proc = start_logged(command, port, env, log)
+    # The daphne command of `make run`.
+    proc = start_daphne(port, env, options=["--websocket-max-message-size", "65536"], log=log)
     try:
         yield Production(f"http://127.0.0.1:{port}", log, proc, env)
     finally:
