@@ -1,9 +1,19 @@
-"""What the offline model says: a small, deterministic reader of conversations.
+r"""What the offline model says: a small, deterministic reader of conversations.
 
 It picks a tool whose name the user's words contain ("book a flight" → ``book_flight``), fills
 the arguments from the tool's JSON Schema ("from JFK to LAX", ``name: value``), summarises tool
 results, retries a lost session once and apologises for other tool errors. Without tools on
 offer (``ctx.sample``) it writes one short deterministic answer to the prompt.
+
+Everything here runs synchronously on the server's event loop, on text any visitor can send, so
+every step must be linear in the size of its input: a slow reply freezes every socket, HTTP
+request and MCP call of the process. Regular expressions with a quantifier followed by something
+that can fail (a lazy value before a lookahead, ``\s+`` before an alternation) backtracked
+cubically on runs of whitespace: ``"origin:" + 700 spaces + "a\nb"`` took 9 s. So a message is
+cut into tokens once, by an expression whose alternatives are disjoint runs of one character
+class (nothing follows a run, so nothing backtracks; the only other expressions are such runs
+too), and the readers below walk that token list forwards: where a reader gives up, its next try
+starts at or after that point, never over the same tokens again.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 __all__ = ["Reply", "ToolCall", "plan_reply"]
@@ -21,11 +32,14 @@ Message = Mapping[str, Any]
 
 _ORIGIN_HINTS = ("origin", "from", "source", "depart", "start")
 _DEST_HINTS = ("destination", "dest", "to", "arriv", "target", "end")
-_STOP = r"(?=\s+(?:on|at|for|with|in|by|tomorrow|today|and|please)\b|[,.;!?]|\Z)"
-_FROM_TO = re.compile(
-    r"\bfrom\s+(?P<a>[^\s,.;!?][^,.;!?]*?)\s+to\s+(?P<b>[^\s,.;!?][^,.;!?]*?)" + _STOP,
-    re.IGNORECASE,
+_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")  # a word, a whitespace run, or one other character
+# A value ends before one of these, a line break, or whitespace and then one of the stop words.
+_VALUE_ENDS = frozenset(",.;!?")
+_STOP_WORDS = frozenset(
+    ("on", "at", "for", "with", "in", "by", "tomorrow", "today", "and", "please")
 )
+_SENTENCE_ENDS = frozenset(".!?")
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # as str.splitlines()
 _RETRYABLE = ("session was lost", "please retry")
 _TIPS = (
     "Arrive two hours before departure at {s}; security lines peak in the early morning.",
@@ -66,6 +80,17 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def _call_ids(messages: Sequence[Message], names: Sequence[str]) -> list[str]:
+    """``call_`` and ``_digest(messages, name)[:24]`` for each name, encoding messages once."""
+    head = hashlib.sha256(f"[{json.dumps(messages, sort_keys=True, default=str)}, ".encode())
+    ids = []
+    for name in names:
+        digest = head.copy()
+        digest.update(f"{json.dumps(name)}]".encode())
+        ids.append(f"call_{digest.hexdigest()[:24]}")
+    return ids
+
+
 def _tool_name(spec: Mapping[str, Any]) -> str:
     return str(spec.get("function", spec).get("name", ""))
 
@@ -85,9 +110,144 @@ def _matches(tool: Mapping[str, Any], words: Sequence[str]) -> bool:
     return bool(tokens) and all(any(w.startswith(t) for w in words) for t in tokens)
 
 
+class _Text:
+    """A message as tokens, with what the readers need to know about each, found in one pass."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens: list[str] = _TOKEN.findall(text)
+        self.folded = [t.lower() for t in self.tokens]
+        self.space = [t[0].isspace() for t in self.tokens]
+        self.line_break = [
+            s and not _LINE_BREAKS.isdisjoint(t)
+            for s, t in zip(self.space, self.tokens, strict=True)
+        ]
+        self.positions: dict[str, list[int]] = {}
+        for i, word in enumerate(self.folded):
+            if not self.space[i]:
+                self.positions.setdefault(word, []).append(i)
+        # stop[i]: the first token at or after i that a value cannot include.
+        count = len(self.tokens)
+        self.stop = [count] * (count + 1)
+        for i in range(count - 1, -1, -1):
+            self.stop[i] = i if self._ends_value(i) else self.stop[i + 1]
+
+    def _ends_value(self, i: int) -> bool:
+        if self.tokens[i] in _VALUE_ENDS:
+            return True
+        if not self.space[i]:
+            return False
+        return self.line_break[i] or (
+            i + 1 < len(self.tokens) and self.folded[i + 1] in _STOP_WORDS
+        )
+
+    def _starts_value(self, i: int) -> bool:
+        return i < len(self.tokens) and not self.space[i] and self.tokens[i] not in _VALUE_ENDS
+
+    def _value(self, first: int) -> str:
+        """The value whose first token is ``first`` (always kept), up to where values end."""
+        return _clean_value("".join(self.tokens[first : self.stop[first + 1]]))
+
+    def _after_key(self, key: Sequence[str], i: int) -> int:
+        """Where ``key`` (folded tokens) ends if it starts at token ``i``, else -1."""
+        if i + len(key) > len(self.tokens):
+            return -1
+        for j, part in enumerate(key, start=i):
+            if not (self.space[j] if part[0].isspace() else self.folded[j] == part):
+                return -1
+        return i + len(key)
+
+    def _after_separator(self, i: int) -> int:
+        """Where ``:``, ``=`` or `` is `` starting at token ``i`` ends, else -1."""
+        spaced = i < len(self.tokens) and self.space[i]
+        if spaced:
+            i += 1
+        if i < len(self.tokens) and (
+            self.tokens[i] in (":", "=") or (spaced and self.folded[i] == "is")
+        ):
+            return i + 1
+        return -1
+
+    def explicit(self, key: Sequence[str]) -> tuple[int, str] | None:
+        """The first ``key: value``, ``key = value`` or ``key is value``: its position, value."""
+        if not key or key[0][0].isspace():
+            return None
+        for i in self.positions.get(key[0], ()):
+            j = self._after_key(key, i)
+            j = self._after_separator(j) if j >= 0 else -1
+            if j < 0:
+                continue
+            if j < len(self.tokens) and self.space[j]:
+                j += 1
+            # A value that cleans to nothing is quotes and spaces, where no key starts: no later
+            # try reads these tokens again.
+            if j < len(self.tokens) and self.tokens[j] not in (",", ";"):
+                value = self._value(j)
+                if value:
+                    return i, value
+        return None
+
+    def subject(self) -> str:
+        """What follows the first ``for`` up to the end of its sentence or line, or ""."""
+        count = len(self.tokens)
+        for i in self.positions.get("for", ()):
+            if i + 1 < count and self.space[i + 1]:
+                k = i + 2  # not a space: tokens are whole runs
+                while k < count and self.tokens[k] not in _SENTENCE_ENDS and not self.line_break[k]:
+                    k += 1
+                # Empty only if nothing was read: tries never overlap.
+                subject = " ".join("".join(self.tokens[i + 2 : k]).split())
+                if subject:
+                    return subject
+        return ""
+
+    def first_sentence(self) -> str:
+        """The text up to the first whitespace after ``.``, ``!`` or ``?``."""
+        for i in range(1, len(self.tokens)):
+            if self.space[i] and self.tokens[i - 1] in _SENTENCE_ENDS:
+                return "".join(self.tokens[:i])
+        return "".join(self.tokens)
+
+    @cached_property
+    def route(self) -> tuple[str, str] | None:
+        """The first ``from A to B``: A up to a line break or ``,.;!?``, B as any value."""
+        count = len(self.tokens)
+        i = 0
+        while i < count:
+            if not (
+                self.folded[i] == "from"
+                and i + 1 < count
+                and self.space[i + 1]
+                and self._starts_value(i + 2)
+            ):
+                i += 1
+                continue
+            k = i + 3
+            while k < count and self.tokens[k] not in _VALUE_ENDS:
+                if self.space[k]:
+                    if (
+                        k + 2 < count
+                        and self.folded[k + 1] == "to"
+                        and self.space[k + 2]
+                        and self._starts_value(k + 3)
+                    ):
+                        origin = _clean_value("".join(self.tokens[i + 2 : k]))
+                        return origin, self._value(k + 3)
+                    if self.line_break[k]:
+                        break
+                k += 1
+            # A later "from" before k would look for the same " to " among fewer tokens and stop
+            # at k too: try the next one after it.
+            i = k + 1
+        return None
+
+
+def _key(words: str) -> list[str]:
+    return [t.lower() for t in _TOKEN.findall(words)]
+
+
 def _clean_value(value: str) -> str:
-    value = value.strip().strip("'\"")
-    return value.upper() if re.fullmatch(r"[A-Za-z]{3}", value) else value
+    value = " ".join(value.split()).strip("'\"").strip()
+    return value.upper() if len(value) == 3 and value.isascii() and value.isalpha() else value
 
 
 def _coerce(value: str, schema: Mapping[str, Any]) -> Any:
@@ -109,25 +269,21 @@ def _hinted(name: str, hint: str) -> bool:
     return name == hint or name.startswith(hint + "_") or (len(hint) > 3 and name.startswith(hint))
 
 
-def _extract_arguments(tool: Mapping[str, Any], text: str) -> dict[str, Any]:
+def _extract_arguments(tool: Mapping[str, Any], text: _Text) -> dict[str, Any]:
     params = _tool_function(tool).get("parameters") or {}
     props: Mapping[str, Any] = params.get("properties") or {}
     args: dict[str, Any] = {}
     for name, schema in props.items():
-        label = re.escape(name.replace("_", " "))
-        explicit = re.search(
-            rf"\b(?:{re.escape(name)}|{label})\s*(?:[:=]|\bis\b)\s*(?P<v>[^,;\n]+?)" + _STOP,
-            text,
-            re.IGNORECASE,
-        )
-        if explicit:
-            args[name] = _coerce(_clean_value(explicit.group("v")), schema)
-    route = _FROM_TO.search(text)
-    if route:
-        for hints, value in ((_ORIGIN_HINTS, route.group("a")), (_DEST_HINTS, route.group("b"))):
+        found = (text.explicit(_key(key)) for key in {name, name.replace("_", " ")})
+        first = min((f for f in found if f is not None), default=None)
+        if first is not None:
+            args[name] = _coerce(first[1], schema)
+    if text.route:
+        for hints, value in zip((_ORIGIN_HINTS, _DEST_HINTS), text.route, strict=True):
             for name in props:
                 if name not in args and any(_hinted(name, h) for h in hints):
-                    args[name] = _clean_value(value)
+                    if value:
+                        args[name] = value
                     break
     return args
 
@@ -160,7 +316,7 @@ def _summarise(tool: str, content: str) -> str:
     label = tool.replace("_", " ")
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested JSON is text too
         return f"{label} finished: {content[:300]}"
     if isinstance(data, str):
         return data[:500]
@@ -189,7 +345,7 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
             fn = call.get("function") or {}
             try:
                 arguments = json.loads(fn.get("arguments") or "{}")
-            except ValueError:
+            except (ValueError, RecursionError):
                 arguments = {}
             calls[str(call.get("id"))] = ToolCall(
                 str(call.get("id")), str(fn.get("name")), arguments
@@ -223,13 +379,15 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
 def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
     text = _text_of(messages[-1])
     words = _words(text)
-    calls: list[ToolCall] = []
+    parsed: _Text | None = None
+    calls: list[tuple[str, dict[str, Any]]] = []
     question: Reply | None = None
     for tool in tools:  # every tool the message asks for is called, in one reply
         if not _matches(tool, words):
             continue
         fn = _tool_function(tool)
-        args = _extract_arguments(tool, text)
+        parsed = parsed or _Text(text)
+        args = _extract_arguments(tool, parsed)
         required = list((fn.get("parameters") or {}).get("required") or ())
         missing = [r for r in required if r not in args]
         name = str(fn.get("name"))
@@ -240,21 +398,22 @@ def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
                 f'For example: "{name.replace("_", " ")} from JFK to LAX".'
             )
             continue
-        calls.append(ToolCall(f"call_{_digest(messages, name)[:24]}", name, args))
+        calls.append((name, args))
     if calls:
-        return Reply("", calls)
+        ids = _call_ids(messages, [name for name, _ in calls])
+        return Reply("", [ToolCall(i, *call) for i, call in zip(ids, calls, strict=True)])
     return question or _help(tools)
 
 
 def _sample(messages: Sequence[Message], max_tokens: int | None) -> str:
     prompt = _text_of(messages[-1]) if messages else ""
-    subject_match = re.search(r"\bfor\s+(?P<s>[^.?!\n]+)", prompt, re.IGNORECASE)
-    subject = subject_match.group("s").strip() if subject_match else "your trip"
+    subject = _Text(prompt).subject() or "your trip"
     pick = int(_digest(prompt)[:8], 16)
-    if "tip" in prompt.lower():
+    folded = prompt.lower()
+    if "tip" in folded:
         text = _TIPS[pick % len(_TIPS)].format(s=subject)
-    elif re.search(r"summari[sz]e", prompt, re.IGNORECASE):
-        body = re.split(r"(?<=[.!?])\s", prompt.split(":", 1)[-1].strip(), maxsplit=1)[0]
+    elif "summarise" in folded or "summarize" in folded:
+        body = _Text(prompt.split(":", 1)[-1].strip()).first_sentence()
         text = f"In short: {body}"
     else:
         text = (
