@@ -112,6 +112,7 @@ def connections_to(database: str) -> int:
 
 
 @pytest.mark.services
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_200_concurrent_page_loads_keep_postgresql_connections_bounded(
     postgres_server: tuple[Production, str],

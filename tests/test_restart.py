@@ -7,12 +7,14 @@ import sqlite3
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat
 from tests.servers import free_port, migrated_env, start_daphne, stop
 
 
+@pytest.mark.slow
 async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite3"
     env = migrated_env(database)

@@ -19,7 +19,7 @@ from tests.chat_http import RemoteChat
 from tests.servers import ROOT, free_port, start_daphne, stop
 from tests.test_services import PG_HOST, PG_PORT, REDIS_HOST, REDIS_PORT, require
 
-pytestmark = pytest.mark.services
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
 

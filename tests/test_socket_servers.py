@@ -109,6 +109,7 @@ async def test_an_oversized_message_gets_too_large_then_close_code_4009(live: Li
     assert "Traceback" not in log, failures(log)
 
 
+@pytest.mark.slow
 async def test_clients_that_vanish_mid_turn_leave_no_tracebacks(live: Live) -> None:
     rounds, crowd = 3, 18
     for _ in range(rounds):
