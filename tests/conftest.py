@@ -24,14 +24,6 @@ from tests.production import Production, production_env, start_production  # noq
 from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
 
 
-@pytest.fixture(scope="session", autouse=True)
-def collected_static() -> None:
-    """The tests run with the production settings, which serve collected static files."""
-    from django.core.management import call_command
-
-    call_command("collectstatic", "--noinput", "-v0")
-
-
 @pytest.fixture
 async def manager() -> AsyncIterator[SessionManager]:
     """A manager sampling through litellm's offline provider; every session ends with the test."""
@@ -94,6 +86,16 @@ async def browser() -> AsyncIterator[Browser]:
         launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         await launched.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests run with the production settings, which serve collected static files: collect
+    them before any test module builds the ASGI app (whitenoise reads the folder then)."""
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("collectstatic", "--noinput", "-v0")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
