@@ -24,6 +24,7 @@ __all__ = [
     "env_list",
     "load_or_create_secret",
     "proxy_ssl_header",
+    "sqlite_database",
 ]
 
 _TRUE = ("1", "true", "yes", "on")

@@ -6,7 +6,8 @@ with no network and no key. Scale out with environment variables:
 - ``DATABASE_URL``   ``postgres://user:pass@host:5432/name`` (or ``sqlite:///path``)
 - ``REDIS_URL``      ``redis://host:6379/0`` selects the ``channels_redis`` layer
 - ``CHATBRIDGE_MODEL`` any litellm model string (default ``offline/chatbridge-1``)
-- ``DJANGO_DEBUG``, ``DJANGO_SECRET_KEY``, ``DJANGO_ALLOWED_HOSTS`` (comma-separated)
+- ``DJANGO_DEBUG`` (off unless set), ``DJANGO_SECRET_KEY``, ``DJANGO_ALLOWED_HOSTS``, the TLS
+  proxy settings and the ``/mcp`` policy: the README's Configuration table lists them all.
 """
 
 from __future__ import annotations
