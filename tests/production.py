@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers import ROOT, free_port, start_logged
+from tests.servers import ROOT, free_port, start_module
 
 README = ROOT / "README.md"
 MARKER = "<!-- production commands: tests/test_deployment.py runs exactly these lines -->"
@@ -62,10 +62,11 @@ def start_production(tmp: Path, env: dict[str, str]) -> Production:
     *setup, serve = readme_commands()
     for command in setup:
         subprocess.run([sys.executable, *command[1:]], cwd=ROOT, env=env, check=True, timeout=180)
+    assert serve[1] == "-m", serve  # `.venv/bin/python -m uvicorn …`
     port = free_port()
-    args = [sys.executable, *serve[1:]]
+    args = serve[2:]
     args[args.index("--host") + 1] = "127.0.0.1"
     args[args.index("--port") + 1] = str(port)
     log = tmp / "server.log"
-    proc = start_logged(args, port, env, log)
+    proc = start_module(args, port, env, log=log)
     return Production(f"http://127.0.0.1:{port}", log, proc, env)

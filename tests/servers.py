@@ -95,35 +95,29 @@ def _spawn(
             out.close()  # the server has its own copy
 
 
+def start_module(
+    command: Sequence[str], port: int, env: dict[str, str], *, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m <command>``, a server listening on ``port``, listening on return. Its output
+    goes to ``log``, else ``$CHATBRIDGE_TEST_LOGS/<module>-<port>.log`` when that is set, else
+    nowhere."""
+    proc = _spawn(list(command), env, _output(f"{command[0]}-{port}", log))
+    wait_for_port(port, proc)
+    return proc
+
+
 def start_daphne(
     port: int, env: dict[str, str], *, options: Sequence[str] = (), log: Path | None = None
 ) -> subprocess.Popen[bytes]:
-    """daphne serving the project on ``port`` (with extra command-line ``options``), listening
-    on return. Its output goes to ``log``, else ``$CHATBRIDGE_TEST_LOGS/daphne-<port>.log``
-    when that is set, else nowhere."""
+    """daphne serving the project on ``port`` (with extra command-line ``options``)."""
     command = ["daphne", *options, "-b", "127.0.0.1", "-p", str(port)]
-    proc = _spawn([*command, "chatbridge.asgi:application"], env, _output(f"daphne-{port}", log))
-    wait_for_port(port, proc)
-    return proc
+    return start_module([*command, "chatbridge.asgi:application"], port, env, log=log)
 
 
 def start_uvicorn(
     port: int, env: dict[str, str], *, log: Path | None = None
 ) -> subprocess.Popen[bytes]:
-    """uvicorn serving the project as the README runs it in production, listening on return."""
+    """uvicorn serving the project like the production command, but without its frame limit, so
+    that what refuses a large message is the application's own check."""
     command = ["uvicorn", "chatbridge.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    options = ["--lifespan", "off", "--ws", "websockets"]
-    proc = _spawn([*command, *options], env, _output(f"uvicorn-{port}", log))
-    wait_for_port(port, proc)
-    return proc
-
-
-def start_logged(
-    command: list[str], port: int, env: dict[str, str], log: Path
-) -> subprocess.Popen[bytes]:
-    """``command`` (a server listening on ``port``) with its output in ``log``; listening on
-    return."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    wait_for_port(port, proc)
-    return proc
+    return start_module([*command, "--lifespan", "off", "--ws", "websockets"], port, env, log=log)
