@@ -35,7 +35,7 @@ run: migrate static
 # The production server (README "Deployment"): uvicorn, frames over 64 KiB refused unread.
 serve: migrate static
 	$(BIN)/python -m uvicorn chatbridge.asgi:application --host $(HOST) --port $(PORT) \
-	  --lifespan off --ws websockets --ws-max-size 65536
+	  --lifespan on --ws websockets --ws-max-size 65536
 
 lint: setup
 	$(BIN)/ruff check .

@@ -221,7 +221,7 @@ class BenchSite:
         elif server == "uvicorn":
             cmd = [
                 PY, "-m", "uvicorn", app, "--host", "127.0.0.1",
-                "--port", str(port), "--lifespan", "off", "--ws", "websockets",
+                "--port", str(port), "--lifespan", "on", "--ws", "websockets",
                 "--log-level", "warning", "--no-access-log",
             ]  # fmt: skip
         else:

@@ -39,7 +39,7 @@ async def main() -> None:
     if args.server == "daphne":
         cmd = [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
     else:
-        cmd = [PY, "-m", "uvicorn", app, "--port", str(port), "--lifespan", "off",
+        cmd = [PY, "-m", "uvicorn", app, "--port", str(port), "--lifespan", "on",
                "--ws", "websockets", "--log-level", "warning", "--no-access-log"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=site.log("profiled").open("wb"),
                             stderr=subprocess.STDOUT)  # fmt: skip

@@ -1,7 +1,12 @@
-"""ASGI entry point: ``daphne chatbridge.asgi:application``."""
+"""ASGI entry point: ``uvicorn chatbridge.asgi:application --lifespan on``, or daphne.
+
+The process's runtime (``chatbridge.runtime``) is started by the ASGI lifespan, or under daphne
+by its reactor's start-up, and closed on shutdown (SIGTERM drains and exits promptly).
+"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -21,13 +26,19 @@ from chatbridge.chat.checks import static_files_collected  # noqa: E402
 from chatbridge.chat.origins import SameOriginValidator  # noqa: E402
 from chatbridge.chat.routing import websocket_urlpatterns  # noqa: E402
 from chatbridge.llm import litellm_module  # noqa: E402
-from chatbridge.mcp.runtime import get_mcp_endpoint  # noqa: E402
+from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan  # noqa: E402
 
-# litellm takes seconds to import: do it now, in the background, not in the first chat turn.
-threading.Thread(target=litellm_module, name="chatbridge-litellm-import", daemon=True).start()
 
-mcp_endpoint = get_mcp_endpoint()
-mcp_endpoint.log_policy()
+def _import_litellm() -> None:
+    """litellm takes seconds to import: do it now, in the background, not in the first chat
+    turn. Then freeze what is loaded so far out of the garbage collector's sight: it lives as
+    long as the process, and tearing it down at exit took seconds (SIGTERM must be prompt)."""
+    litellm_module()
+    gc.freeze()
+
+
+threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()
+
 for problem in static_files_collected():  # pages would fail: say why, once, at start-up
     logging.getLogger("chatbridge").error("%s %s", problem.msg, problem.hint)
 
@@ -36,12 +47,12 @@ async def http_router(scope: dict, receive, send) -> None:  # type: ignore[no-un
     """``/mcp`` goes to the MCP server, everything else to Django."""
     path = scope.get("path", "")
     if path == "/mcp" or path.startswith("/mcp/"):
-        await mcp_endpoint(scope, receive, send)
+        await current_runtime().mcp(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)  # static files too (whitenoise)
 
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": http_router,
         # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session and user
@@ -49,3 +60,5 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+application = lifespan(router, ChatBridgeRuntime.from_settings)
+daphne_hooks(ChatBridgeRuntime.from_settings)  # daphne has no lifespan: its reactor drives it

@@ -9,6 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # policy itself is tested with its own settings in test_deployment.py).
 os.environ.setdefault("CHATBRIDGE_MCP_PUBLIC", "1")
 
+import contextlib  # noqa: E402
 import shutil  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -18,8 +19,8 @@ from channels.layers import channel_layers  # noqa: E402
 from playwright.async_api import Browser, async_playwright  # noqa: E402
 
 from chatbridge import SessionManager  # noqa: E402
-from chatbridge.chat import runtime  # noqa: E402
 from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
+from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime  # noqa: E402
 from tests.production import Production, production_env, start_production  # noqa: E402
 from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
 
@@ -33,16 +34,18 @@ async def manager() -> AsyncIterator[SessionManager]:
 
 
 @pytest.fixture
-async def fresh_runtime() -> AsyncIterator[None]:
-    """Each test gets its own hub, session manager and channel layer, shut down afterwards."""
-    runtime.get_hub.cache_clear()
-    runtime.get_session_manager.cache_clear()
+async def fresh_runtime() -> AsyncIterator[ChatBridgeRuntime]:
+    """Each test gets its own started runtime (hub, sessions, writer, listener, MCP) and channel
+    layer, closed afterwards — with any runtime the test started in its place."""
     channel_layers.backends.clear()
-    yield
-    await runtime.get_hub().close()
-    await runtime.get_session_manager().shutdown()
-    runtime.get_hub.cache_clear()
-    runtime.get_session_manager.cache_clear()
+    started = ChatBridgeRuntime.from_settings()
+    await started.start()
+    try:
+        yield started
+    finally:
+        await started.aclose()
+        with contextlib.suppress(RuntimeNotRunning):
+            await current_runtime().aclose()
 
 
 MCP_REQUEST_TIMEOUT = 3

@@ -120,4 +120,4 @@ def start_uvicorn(
     """uvicorn serving the project like the production command, but without its frame limit, so
     that what refuses a large message is the application's own check."""
     command = ["uvicorn", "chatbridge.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    return start_module([*command, "--lifespan", "off", "--ws", "websockets"], port, env, log=log)
+    return start_module([*command, "--lifespan", "on", "--ws", "websockets"], port, env, log=log)

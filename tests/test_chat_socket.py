@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from chatbridge.chat import runtime
-from chatbridge.chat.models import JournalRecord
+from chatbridge.chat.models import JournalRecord, ToolSession
 from chatbridge.chat.writer import flush
+from chatbridge.runtime import ChatBridgeRuntime, current_runtime
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
@@ -159,11 +161,10 @@ async def test_reconnecting_mid_flow_shows_the_form_again_and_answering_finishes
 async def test_a_lost_session_is_reported_and_the_model_retries(chat: ChatClient) -> None:
     await chat.send_user(BOOK)
     flights = await chat.next("elicit", key="pick_flight")
-    # A restart: every turn and session of the process is gone, nothing was recorded.
-    await runtime.get_hub().close()
-    await runtime.get_session_manager().shutdown()
-    runtime.get_hub.cache_clear()
-    runtime.get_session_manager.cache_clear()
+    # A restart that lost the call's record too (a restored database, say): nothing to resume.
+    await current_runtime().aclose()
+    await sync_to_async(ToolSession.objects.filter(pk=flights["call_id"]).delete)()
+    await ChatBridgeRuntime.from_settings().start()
 
     await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
     lost = await chat.next("session_error")

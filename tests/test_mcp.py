@@ -367,7 +367,7 @@ def uvicorn_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "--port",
             str(port),
             "--lifespan",
-            "off",
+            "on",
             "--log-level",
             "warning",
         ],

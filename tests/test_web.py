@@ -73,12 +73,18 @@ def test_daphne_serves_the_tools_page_and_its_stylesheet(server: str) -> None:
         assert b"prefers-color-scheme: dark" in response.read()
 
 
-def test_the_process_has_one_session_manager_configured_from_settings() -> None:
+async def test_the_runtime_has_one_session_manager_configured_from_settings() -> None:
     from django.conf import settings
 
     from chatbridge.chat.runtime import get_session_manager
+    from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning
 
-    manager = get_session_manager()
-    assert get_session_manager() is manager
+    with pytest.raises(RuntimeNotRunning, match="runtime is not running"):
+        get_session_manager()
+    async with ChatBridgeRuntime.from_settings() as runtime:
+        manager = get_session_manager()
+        assert manager is runtime.manager and runtime.hub.manager is manager
+    with pytest.raises(RuntimeNotRunning):
+        get_session_manager()
     assert manager.idle_timeout == settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
     assert manager.sampler.model == settings.CHATBRIDGE_MODEL  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ __all__ = [
     "broadcast_abort",
     "ensure_listener",
     "query_workers",
+    "stop_listener",
     "worker_group",
 ]
 
@@ -48,6 +49,14 @@ def ensure_listener() -> None:
     task = _listeners.get(loop)
     if task is None or task.done():
         _listeners[loop] = loop.create_task(_listen(), name="chatbridge-worker-listener")
+
+
+async def stop_listener() -> None:
+    """Stop this process's listener on the running loop (the runtime's shutdown)."""
+    task = _listeners.pop(asyncio.get_running_loop(), None)
+    if task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task})
 
 
 async def _listen() -> None:

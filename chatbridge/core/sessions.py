@@ -59,6 +59,7 @@ SessionStatus = Literal[
     "running", "awaiting_elicit", "awaiting_sample", "completed", "failed", "aborted"
 ]
 Clock = Callable[[], float]
+_PARKED = "parked: the server is shutting down"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class PluginSession:
         self._terminal: SessionEvent | None = None
         self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._parked = False
         self.created_at = self.updated_at = datetime.now(UTC)
         self._last_activity = clock()
 
@@ -166,6 +168,11 @@ class PluginSession:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"chatbridge-session:{self.id}")
+
+    async def settled(self) -> None:
+        """Wait until the session waits for an answer or has ended."""
+        while self._terminal is None and self._status != "awaiting_elicit":
+            await self._wait()
 
     async def wait_finished(self) -> SessionEvent:
         """Wait until the session ends (without consuming events); return its terminal event."""
@@ -276,6 +283,24 @@ class PluginSession:
             task.cancel(reason)
             await asyncio.wait({task})
 
+    async def park(self) -> None:
+        """Stop the task without recording an end: the process is going away and the call stays
+        suspended on record (its journal is durable), to be resumed by replay elsewhere."""
+        if self._terminal is not None:
+            return
+        self._parked = True
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel("parked")
+            await asyncio.wait({task})
+        if self._terminal is None:
+            self._finish(AbortedEvent(self.id, _PARKED), "aborted")
+
+    @property
+    def parked(self) -> bool:
+        """True once the session was parked (it ended here, not on record)."""
+        return self._parked
+
     # -- CapabilityHost ---------------------------------------------------------------------
 
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
@@ -289,7 +314,7 @@ class PluginSession:
         finally:
             self._pending = None
             self._set_status("running")
-            if self._runtime.aborted is None:
+            if self._runtime.aborted is None and not self._parked:
                 await observe(self.observer, "status_changed", self)
 
     async def complete(self, request: SampleRequest) -> SampleResult:
@@ -299,7 +324,7 @@ class PluginSession:
             return await self._sampler(request)
         finally:
             self._set_status("running")
-            if self._runtime.aborted is None:
+            if self._runtime.aborted is None and not self._parked:
                 await observe(self.observer, "status_changed", self)
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
@@ -326,6 +351,9 @@ class PluginSession:
         except SessionAborted as exc:
             self._finish(AbortedEvent(self.id, exc.reason), "aborted")
         except asyncio.CancelledError:
+            if self._parked:  # not an end of the call: nothing is observed or recorded
+                self._finish(AbortedEvent(self.id, _PARKED), "aborted")
+                raise
             aborted = self._runtime.aborted
             self._finish(
                 AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted"
@@ -466,10 +494,43 @@ class SessionManager:
             await session.expire()
         return [s.id for s in idle]
 
+    def start(self) -> None:
+        """Start expiring unanswered questions (``idle_timeout``) on the running loop.
+
+        A manager used on its own may skip this: its first session starts the expiry.
+        """
+        self._ensure_reaper()
+
+    async def park(self, grace: float = 2.0) -> list[str]:
+        """Stop every session without recording an end (process shutdown); return their ids.
+
+        Sessions working between questions get up to ``grace`` seconds to reach a question or
+        finish first, so a step under way is not cut off; then all are parked. A parked call
+        stays suspended on record and is resumed by replay after a restart.
+        """
+        busy = [s for s in self._sessions.values() if s.status != "awaiting_elicit"]
+        if busy and grace > 0:
+            waits = [asyncio.create_task(s.settled()) for s in busy]
+            await asyncio.wait(waits, timeout=grace)
+            for wait in waits:
+                wait.cancel()
+        parked = list(self._sessions.values())
+        for session in parked:
+            await session.park()
+        await self._stop_reaper()
+        return [s.id for s in parked]
+
     async def shutdown(self, reason: str = "server shutting down") -> None:
         """Abort every live session and stop the idle reaper."""
         for session in list(self._sessions.values()):
             await session.abort(reason)
+        await self._stop_reaper()
+
+    async def aclose(self) -> None:
+        """Park every live session and stop the idle reaper (see ``park``)."""
+        await self.park()
+
+    async def _stop_reaper(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -15,7 +15,7 @@ from chatbridge.core.exceptions import InvalidToolParams, ToolDefinitionError
 if TYPE_CHECKING:
     from chatbridge.core.context import ToolContext
 
-__all__ = ["McpTool", "McpToolBuilder", "NoParams", "create_mcp_tool"]
+__all__ = ["McpTool", "McpToolBuilder", "NoParams", "ToolHints", "create_mcp_tool"]
 
 P = TypeVar("P", bound=BaseModel)
 P2 = TypeVar("P2", bound=BaseModel)
@@ -43,6 +43,21 @@ def _check_model(tool: str, what: str, model: object) -> type[BaseModel]:
 
 
 @dataclass(frozen=True)
+class ToolHints:
+    """What a tool does to the world, for clients deciding whether to confirm a call (MCP tool
+    ``annotations``). ``None`` leaves a hint unsaid."""
+
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    open_world: bool | None = None
+
+    def declared(self) -> dict[str, bool]:
+        """The hints that are said, by name."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class McpTool(Generic[P, R]):
     """A tool: name, description, parameters model, elicitation surface and async body."""
 
@@ -53,6 +68,7 @@ class McpTool(Generic[P, R]):
     fn: ToolFn[P, R] = field(repr=False)
     needs_approval: bool = False
     plugin: Any = field(default=None, repr=False, compare=False)  # set by create_tool
+    hints: ToolHints = field(default_factory=ToolHints)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -104,6 +120,7 @@ class McpToolBuilder(Generic[P]):
         self._parameters: type[BaseModel] = NoParams
         self._elicits: dict[str, type[BaseModel]] | None = None
         self._needs_approval = False
+        self._hints = ToolHints()
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
@@ -116,8 +133,24 @@ class McpToolBuilder(Generic[P]):
         return cast("McpToolBuilder[P2]", self)
 
     def needs_approval(self, required: bool = True) -> McpToolBuilder[P]:
-        """In the chat, ask the user to approve each call before the tool runs."""
+        """Ask the user to approve each call before the tool runs, on every transport.
+
+        Unless ``.hints()`` says otherwise, such a tool is declared not read-only and
+        destructive, so MCP clients that confirm such tools confirm it too.
+        """
         self._needs_approval = required
+        return self
+
+    def hints(
+        self,
+        *,
+        read_only: bool | None = None,
+        destructive: bool | None = None,
+        idempotent: bool | None = None,
+        open_world: bool | None = None,
+    ) -> McpToolBuilder[P]:
+        """Declare what the tool does to the world (MCP tool ``annotations``)."""
+        self._hints = ToolHints(read_only, destructive, idempotent, open_world)
         return self
 
     def elicits(self, **surface: type[BaseModel]) -> McpToolBuilder[P]:
@@ -150,6 +183,18 @@ class McpToolBuilder(Generic[P]):
             elicits=dict(self._elicits),
             fn=fn,
             needs_approval=self._needs_approval,
+            hints=self._effective_hints(),
+        )
+
+    def _effective_hints(self) -> ToolHints:
+        hints = self._hints
+        if not self._needs_approval:
+            return hints
+        return ToolHints(
+            read_only=False if hints.read_only is None else hints.read_only,
+            destructive=True if hints.destructive is None else hints.destructive,
+            idempotent=hints.idempotent,
+            open_world=hints.open_world,
         )
 
 

@@ -1,9 +1,9 @@
-"""``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, started lazily, guarded.
+"""``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, guarded.
 
-daphne runs no ASGI lifespan, so the SDK's session manager is started on the first request in
-a task that lives as long as the event loop. Requests from browser pages of other origins are
-refused. Who may call the tools is explicit: a bearer token, or a deliberate ``public``
-endpoint; with neither, every request is refused with a 403 that says how to open it.
+The process's runtime starts and closes it (``start()``/``aclose()``). Requests from browser
+pages of other origins are refused. Who may call the tools is explicit: a bearer token, or a
+deliberate ``public`` endpoint; with neither, every request is refused with a 403 that says how
+to open it.
 """
 
 from __future__ import annotations
@@ -91,21 +91,40 @@ class McpEndpoint:
             transport_security=transport_security(allowed_hosts, trusted_origins),
         )
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
-        self._started: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+        self._runner: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
 
-    async def _ensure_started(self) -> None:
-        loop = asyncio.get_running_loop()
-        if loop in self._started:
-            return
+    async def start(self) -> None:
+        """Run the SDK's session manager in a task of its own until ``aclose()``.
+
+        Its task group must be entered and left by one task, and the SDK's worker threads
+        stop when that task ends: a server that never ends it never exits.
+        """
+        if self._runner is not None:
+            raise RuntimeError("this MCP endpoint was started already")
         ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        stop = self._stop
 
-        async def keep_running() -> None:
+        async def run() -> None:
             async with self.bridge.server.session_manager.run():
                 ready.set()
-                await asyncio.Event().wait()  # as long as the loop runs
+                await stop.wait()
 
-        self._started[loop] = loop.create_task(keep_running(), name="chatbridge-mcp-sessions")
-        await ready.wait()
+        self._runner = asyncio.create_task(run(), name="chatbridge-mcp-sessions")
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({waiting, self._runner}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if self._runner.done():
+            self._runner.result()  # raises why it could not start
+
+    async def aclose(self) -> None:
+        """Close every MCP session (their open requests end) and stop the session manager."""
+        runner, self._runner = self._runner, None
+        if runner is None or self._stop is None:
+            return
+        self._stop.set()
+        await asyncio.wait({runner})
 
     @property
     def policy(self) -> str:
@@ -155,5 +174,7 @@ class McpEndpoint:
                 body = {"error": "unauthorized", "detail": detail}
                 await _refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
                 return
-        await self._ensure_started()
+        if self._runner is None or self._runner.done():
+            await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
+            return
         await self.app(scope, receive, send)

@@ -1,19 +1,19 @@
-"""The process's MCP endpoint, configured from the Django settings."""
+"""Building the process's MCP endpoint from the Django settings (the runtime owns it)."""
 
 from __future__ import annotations
 
 import hashlib
-from functools import cache
 
 from django.conf import settings
 from django.template.loader import render_to_string
 
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.core.sessions import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
 
-__all__ = ["get_mcp_endpoint", "state_key"]
+__all__ = ["build_mcp_endpoint", "state_key"]
 
 
 def state_key(secret: str) -> bytes:
@@ -21,8 +21,8 @@ def state_key(secret: str) -> bytes:
     return hashlib.sha256(b"chatbridge.mcp.request-state:" + secret.encode()).digest()
 
 
-@cache
-def get_mcp_endpoint() -> McpEndpoint:
+def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
+    """The ``/mcp`` endpoint; its tool calls are sessions of ``manager``."""
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
     bridge = McpBridge(
         get_registry(),

@@ -1,0 +1,251 @@
+"""One runtime per process: the objects that outlive any request, started and closed together.
+
+``ChatBridgeRuntime`` owns the ``SessionManager`` (every tool call, chat or MCP), the chat hub
+(every conversation's turn), the database writer, the worker listener (operators' list and
+abort requests, answers routed from other workers) and the MCP endpoint with the SDK's session
+manager. Nothing in it starts itself on first use: the server starts the runtime before it
+serves anything and closes it when it stops —
+
+- uvicorn (and any server with the ASGI lifespan): ``lifespan`` in ``application`` (use
+  ``--lifespan on``);
+- daphne, which has no lifespan: hooks on its reactor's start and shutdown (``daphne_hooks``);
+- tests: ``async with ChatBridgeRuntime.from_settings():``.
+
+Closing drains: new commands are refused, calls working between questions get a moment to
+reach their next question, then every live call is parked (it stays suspended on record, its
+journal durable, and is resumed by replay after a restart), queued writes are flushed, the MCP
+sessions and the listener stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from types import TracebackType
+from typing import Any
+
+from django.conf import settings
+
+__all__ = ["ChatBridgeRuntime", "RuntimeNotRunning", "current_runtime", "daphne_hooks", "lifespan"]
+
+logger = logging.getLogger("chatbridge")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RuntimeNotRunning(RuntimeError):
+    """Something needed the process's runtime and none is running."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The ChatBridge runtime is not running: serve the app with the ASGI lifespan on "
+            "(uvicorn --lifespan on) or with daphne, or start a ChatBridgeRuntime in tests."
+        )
+
+
+_current: ChatBridgeRuntime | None = None
+_starting: asyncio.Future[None] | None = None  # daphne: requests wait for the start-up
+
+
+def current_runtime() -> ChatBridgeRuntime:
+    """The running runtime of this process, or ``RuntimeNotRunning``."""
+    if _current is None:
+        raise RuntimeNotRunning()
+    return _current
+
+
+class ChatBridgeRuntime:
+    """The process's long-lived parts (see the module docstring)."""
+
+    def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
+        # Imported here: building the parts needs Django's apps ready (models, templates).
+        from chatbridge.chat.recorder import DjangoRecorder
+        from chatbridge.chat.registry import get_registry
+        from chatbridge.chat.rendering import render_form
+        from chatbridge.chat.runtime import publish
+        from chatbridge.chat.store import DjangoStore
+        from chatbridge.chat.workers import ChannelPeers
+        from chatbridge.chat.writer import Writer
+        from chatbridge.core.engine import ChatHub
+        from chatbridge.core.sampling import LiteLLMSampler
+        from chatbridge.core.sessions import SessionManager
+        from chatbridge.mcp.runtime import build_mcp_endpoint
+
+        timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
+        self.drain_grace, self.listen = drain_grace, listen
+        self.writer = Writer()
+        self.manager = SessionManager(
+            sampler=LiteLLMSampler(settings.CHATBRIDGE_MODEL),
+            idle_timeout=timeout if timeout and timeout > 0 else None,
+            observer=DjangoRecorder(),
+        )
+        self.hub = ChatHub(
+            registry=get_registry(),
+            manager=self.manager,
+            store=DjangoStore(),
+            sink=publish,
+            render_form=render_form,
+            model=settings.CHATBRIDGE_MODEL,
+            peers=ChannelPeers(),
+        )
+        self.mcp = build_mcp_endpoint(self.manager)
+        self.state = "new"  # → running → closing → closed
+
+    @classmethod
+    def from_settings(cls, **options: Any) -> ChatBridgeRuntime:
+        """A runtime configured by the Django settings (not started)."""
+        return cls(**options)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    async def start(self) -> None:
+        """Start every part on the running loop and become the process's runtime."""
+        global _current
+        if self.state != "new":
+            raise RuntimeError(f"this runtime cannot start: it is {self.state}")
+        if _current is not None:
+            raise RuntimeError("another ChatBridge runtime is running in this process")
+        from chatbridge.chat.workers import ensure_listener
+
+        await self.writer.start()
+        self.manager.start()
+        await self.mcp.start()
+        if self.listen:
+            ensure_listener()
+        self.state = "running"
+        _current = self
+        self.mcp.log_policy()
+        logger.info("ChatBridge runtime started")
+
+    async def aclose(self) -> None:
+        """Drain and stop (see the module docstring). Idempotent."""
+        global _current
+        if self.state in ("closing", "closed"):
+            return
+        started = self.state == "running"
+        self.state = "closing"
+        try:
+            if started:
+                from chatbridge.chat.workers import stop_listener
+
+                await self.hub.close()  # turns stop; nothing is recorded as ended
+                parked = await self.manager.park(self.drain_grace)
+                await self.mcp.aclose()
+                if self.listen:
+                    await stop_listener()
+                await self.writer.aclose()
+                if parked:
+                    logger.info("parked %d live tool call(s); they resume on restart", len(parked))
+        finally:
+            self.state = "closed"
+            if _current is self:
+                _current = None
+            logger.info("ChatBridge runtime stopped")
+
+    async def __aenter__(self) -> ChatBridgeRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def lifespan(app: App, factory: Callable[[], ChatBridgeRuntime]) -> App:
+    """``app`` with the ASGI lifespan: startup builds and starts a runtime, shutdown closes it.
+
+    Every other scope goes to ``app``; while no runtime runs, HTTP gets a 503 that says why.
+    """
+
+    async def with_lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _serve_lifespan(factory, receive, send)
+            return
+        if _current is None and _starting is not None and scope["type"] != "lifespan":
+            await asyncio.shield(_starting)
+        if _current is None and scope["type"] == "http":
+            await _unavailable(send)
+            return
+        await app(scope, receive, send)
+
+    return with_lifespan
+
+
+async def _serve_lifespan(
+    factory: Callable[[], ChatBridgeRuntime], receive: Receive, send: Send
+) -> None:
+    runtime: ChatBridgeRuntime | None = None
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
+                runtime = factory()
+                await runtime.start()
+            except Exception as exc:
+                logger.exception("ChatBridge could not start")
+                await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                return
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            try:
+                if runtime is not None:
+                    await runtime.aclose()
+            except Exception as exc:
+                logger.exception("ChatBridge did not shut down cleanly")
+                await send({"type": "lifespan.shutdown.failed", "message": str(exc)})
+                return
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _unavailable(send: Send) -> None:
+    body = str(RuntimeNotRunning()).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def daphne_hooks(factory: Callable[[], ChatBridgeRuntime]) -> bool:
+    """Under daphne (no lifespan): start a runtime when its reactor runs, close it before the
+    reactor shuts down (SIGTERM, SIGINT). False when this process is not a daphne server."""
+    if "daphne.server" not in sys.modules:
+        return False
+    from twisted.internet import defer, reactor
+
+    box: list[ChatBridgeRuntime] = []
+
+    def start() -> defer.Deferred[None]:
+        global _starting
+
+        async def run() -> None:
+            runtime = factory()
+            await runtime.start()
+            box.append(runtime)
+
+        _starting = asyncio.ensure_future(run())
+        return defer.Deferred.fromFuture(_starting)
+
+    def stop() -> defer.Deferred[None] | None:
+        if not box:
+            return None
+        return defer.Deferred.fromFuture(asyncio.ensure_future(box.pop().aclose()))
+
+    reactor.callWhenRunning(start)
+    reactor.addSystemEventTrigger("before", "shutdown", stop)  # type: ignore[arg-type]
+    return True
