@@ -24,18 +24,18 @@ class PickCardParams(BaseModel):
 class PickedCard(BaseModel):
     card: str = Field(min_length=2, max_length=3, description="Code of the picked card, e.g. QH")
 
-    @field_validator("card")
-    @classmethod
-    def _a_card(cls, card: str) -> str:
-        code = card.strip().upper()
-        if code[:-1] not in RANKS or code[-1:] not in SUITS:
-            raise AnswerRefused(f"{card!r} is not a card; codes look like QH or 10S.")
-        return code
-
     @answer_rule("card")
     def _dealt(cls, card: str, context: Mapping[str, Any]) -> None:
         if card not in {dealt["code"] for dealt in context["cards"]}:
             raise AnswerRefused("Pick one of the cards on the table.")
+
+    @field_validator("card")
+    @classmethod
+    def _a_card(cls, card: str) -> str:
+        """Always on (also without a question): a malformed code never reaches ``card_name``."""
+        if card[:-1] not in RANKS or card[-1:] not in SUITS:
+            raise AnswerRefused(f"{card!r} is not a card; codes look like QH or 10S.")
+        return card
 
 
 def card_name(code: str) -> str:
