@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from chatbridge import (
     Accept,
+    AnswerRefused,
     Cancel,
     Decline,
     ElicitId,
@@ -17,6 +20,8 @@ from chatbridge import (
     PluginContext,
     PluginDefinitionError,
     PluginRegistry,
+    answer_rule,
+    create_mcp_tool,
     make_plugin,
 )
 from tests.support import Confirm, PickHotel, Rating, trip_tool
@@ -32,6 +37,10 @@ async def confirm(req: ElicitRequest, ctx: PluginContext) -> Any:
 
 async def rate(req: ElicitRequest, ctx: PluginContext) -> Any:
     return Decline()
+
+
+async def stay(params: Any, ctx: Any) -> None:
+    return None
 
 
 class ScriptedSurface:
@@ -120,7 +129,38 @@ async def test_render_rerenders_invalid_posts_with_errors_until_valid() -> None:
     assert surface.contexts[0]["scale"] == 5 and surface.contexts[0]["request"].key == "rate"
 
 
+class ListedHotel(BaseModel):
+    hotel: str
+
+    @answer_rule("hotel")
+    def _listed(cls, hotel: str, context: Mapping[str, Any]) -> None:
+        if hotel not in context["hotels"]:
+            raise AnswerRefused(f"{hotel} is not on the list.")
+
+
+async def test_the_models_rules_rerender_with_the_questions_context() -> None:
+    surface = ScriptedSurface(
+        FormPost("accept", {"hotel": "Ritz"}), FormPost("accept", {"hotel": "B"})
+    )
+    request = request_for("pick_hotel", ListedHotel, hotels=["A", "B"])
+    submission = await PluginContext(request, surface).render("hotels.html")
+    assert submission.result == Accept(ListedHotel(hotel="B")) and submission.attempts == 2
+    assert surface.shown[1] == ("hotels.html", {"hotel": ["Ritz is not on the list."]})
+
+
+async def test_plugin_handle_checks_the_models_rules_of_what_a_handler_returns() -> None:
+    async def careless(req: ElicitRequest, ctx: PluginContext) -> Any:
+        return Accept({"hotel": "Ritz"})
+
+    tool = create_mcp_tool("stay").elicits(pick_hotel=ListedHotel).execute(stay)
+    plugin = make_plugin(tool).on_elicit(pick_hotel=careless).build()
+    request = request_for("pick_hotel", ListedHotel, hotels=["A", "B"])
+    with pytest.raises(ElicitValidationError, match="hotel: Ritz is not on the list."):
+        await plugin.handle(request, PluginContext(request, ScriptedSurface()))
+
+
 async def test_business_validation_rerenders_the_same_way() -> None:
+    """``render(validate=...)``: kept for compatibility (rules belong in the model)."""
     taken = {"Grand Central"}
     surface = ScriptedSurface(
         FormPost("accept", {"hotel": "Grand Central"}), FormPost("accept", {"hotel": "Harbour Inn"})

@@ -44,12 +44,14 @@ from chatbridge.core.plugins import (
     Submission,
     make_plugin,
 )
+from chatbridge.core.rules import AnswerRefused, answer_rule
 from chatbridge.core.sampling import SampleResult
 from chatbridge.core.sessions import PluginSession, SessionInfo, SessionManager
 from chatbridge.core.tools import McpTool, create_mcp_tool
 
 __all__ = [
     "Accept",
+    "AnswerRefused",
     "Cancel",
     "ChatBridgeError",
     "Decline",
@@ -86,6 +88,7 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "UnknownElicitKey",
+    "answer_rule",
     "auto_form",
     "create_mcp_tool",
     "create_tool",

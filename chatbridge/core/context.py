@@ -150,7 +150,9 @@ class ToolContext:
         elicit_id = ElicitId(rt.tool.name, key, rt.call_id, rt.elicit_seq)
         entry = rt.journal.recorded(seq, "elicit", key)
         if entry is not None:
-            return validate_result(result_from_dict(entry.result), model, str(elicit_id))
+            return validate_result(
+                result_from_dict(entry.result), model, str(elicit_id), context=plain_context
+            )
         request = ElicitRequest.build(elicit_id, model, message, plain_context, rt.params, plain_ui)
         await rt.host.requested(seq, "elicit", key, request.to_dict())
         rt.pending = elicit_id
@@ -158,7 +160,8 @@ class ToolContext:
             result = await rt.shield_abort(rt.host.ask(request))
         finally:
             rt.pending = None
-        result = validate_result(result, model, str(elicit_id))  # hosts validate; be sure
+        # hosts validate; be sure
+        result = validate_result(result, model, str(elicit_id), context=request.context)
         await rt.host.recorded(rt.journal.record(seq, "elicit", key, result_to_dict(result)))
         return result
 

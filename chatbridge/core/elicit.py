@@ -103,11 +103,18 @@ def result_from_dict(data: Mapping[str, Any]) -> ElicitResult[Any]:
 
 
 def validate_result(
-    result: ElicitResult[Any], model: type[BaseModel], elicit_id: str
+    result: ElicitResult[Any],
+    model: type[BaseModel],
+    elicit_id: str,
+    *,
+    context: Mapping[str, Any] | None = None,
 ) -> ElicitResult[Any]:
     """Return ``result`` with accepted content validated into ``model``.
 
-    Raises ``ElicitValidationError`` (carrying pydantic's errors) when it does not fit.
+    ``context`` is the question's context (``ElicitRequest.context``): pydantic hands it to
+    the model's validators as ``info.context``, so the key's rules (``answer_rule``) run; without
+    it they are skipped. Raises ``ElicitValidationError`` (carrying pydantic's errors) when the
+    content does not fit.
     """
     if not isinstance(result, Accept):
         if isinstance(result, Decline | Cancel):
@@ -120,7 +127,7 @@ def validate_result(
     if isinstance(content, BaseModel):  # re-validate: model_construct() skips validation
         content = content.model_dump()
     try:
-        return Accept(model.model_validate(content))
+        return Accept(model.model_validate(content, context=context))
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
         raise ElicitValidationError(elicit_id, model.__name__, cast(Any, errors)) from None

@@ -89,8 +89,8 @@ class HandoffBuilder(Generic[P]):
         answer: type[BaseModel] | None = None,
     ) -> HandoffBuilder[P]:
         """``before(params)`` → context, ``client(context, ctx)`` → answer, ``after(context,
-        answer)`` → what the model gets. ``answer`` validates the client's answer (default: any
-        object)."""
+        answer)`` → what the model gets. ``answer`` validates the answer on every transport
+        (default: any object); its rules (``answer_rule``) see the context ``before`` made."""
         if not callable(client):
             raise ToolDefinitionError(f"Tool {self._name!r}: handoff(client=...) must be callable.")
         self._before, self._client, self._after = before, client, after

@@ -1,8 +1,9 @@
 """Plugins: a tool plus one ``on_elicit`` handler per declared key, and their registry.
 
 A handler answers one question, typically with ``await ctx.render(template, context)``: the
-host shows the form, waits for the post-back and validates it; invalid posts are shown again
-with their errors, so a handler only ever sees valid answers.
+host shows the form, waits for the post-back and validates it (with the key's rules); invalid
+posts are shown again with their errors, so a handler only ever sees valid answers. Plugins
+decide how a question looks, never what counts as a valid answer: that is the model's.
 """
 
 from __future__ import annotations
@@ -97,11 +98,16 @@ class PluginContext:
     ) -> Submission[Any]:
         """Show ``template_name`` until the user sends a valid answer, declines or cancels.
 
-        ``validate`` adds business rules (a taken seat): it gets the validated model and
-        returns field errors, or nothing when the answer is fine. ``prepare`` turns the raw
-        post into what the model validates (form strings into booleans and lists). The
-        template sees ``request``, ``errors`` and ``values`` (the last post) besides ``context``.
-        ``precheck`` validates the prepared data before the model does (a JSON Schema check).
+        Each post is validated against the key's model with the question's context, so the
+        model's rules (``answer_rule``: a taken seat, a card not dealt) refuse it here exactly
+        as on every other transport. ``prepare`` turns the raw post into what the model
+        validates (form strings into booleans and lists). ``precheck`` validates the prepared
+        data before the model does (a JSON Schema check). The template sees ``request``,
+        ``errors`` and ``values`` (the last post) besides ``context``.
+
+        ``validate`` is kept for compatibility only: it gets the validated model and returns
+        field errors, but only this chat form runs it, so MCP clients are never held to it.
+        Business rules belong in the model (see ``chatbridge.answer_rule``).
         """
         request = self.request
         model = request.schema.model
@@ -124,7 +130,9 @@ class PluginContext:
                     errors = found
                     continue
             try:
-                result = validate_result(Accept(data), model, str(request.id))
+                result = validate_result(
+                    Accept(data), model, str(request.id), context=request.context
+                )
             except ElicitValidationError as exc:
                 errors = exc.field_errors()
                 continue
@@ -164,7 +172,8 @@ class Plugin:
         if handler is None:
             raise PluginDefinitionError(self.name, extra=(), missing=(request.key,))
         model: type[BaseModel] = request.schema.model
-        return validate_result(await handler(request, ctx), model, str(request.id))
+        result = await handler(request, ctx)
+        return validate_result(result, model, str(request.id), context=request.context)
 
 
 class PluginBuilder:

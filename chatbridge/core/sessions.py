@@ -221,7 +221,9 @@ class PluginSession:
                     wanted, request.schema.model.__name__, [{"loc": ("action",), "msg": str(exc)}]
                 ) from None
         try:
-            validated = validate_result(result, request.schema.model, wanted)
+            validated = validate_result(
+                result, request.schema.model, wanted, context=request.context
+            )
         except ElicitValidationError as exc:
             data = result_to_dict(result).get("content") or {}
             await observe(self.observer, "answer_rejected", self, wanted, data, exc.field_errors())

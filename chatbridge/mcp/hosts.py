@@ -123,7 +123,9 @@ class PushHost(_Host):
             )
             result = _from_wire(answer.action, answer.content)
             try:
-                return validate_result(result, request.schema.model, str(request.id))
+                return validate_result(
+                    result, request.schema.model, str(request.id), context=request.context
+                )
             except ElicitValidationError as exc:
                 note = _errors_text(exc)
         return Cancel()
@@ -158,7 +160,10 @@ class ReplayHost(_Host):
         answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
         try:
             return validate_result(
-                _from_wire(answer.action, answer.content), request.schema.model, str(request.id)
+                _from_wire(answer.action, answer.content),
+                request.schema.model,
+                str(request.id),
+                context=request.context,
             )
         except ElicitValidationError as exc:
             if self.attempts + 1 >= MAX_ATTEMPTS:
@@ -172,6 +177,7 @@ class _Waiting:
     model: type[BaseModel]
     elicit_id: str
     caller: str
+    context: dict[str, Any] = field(default_factory=dict)  # the question's, for its rules
 
 
 @dataclass
@@ -181,11 +187,15 @@ class PendingRequests:
     waiting: dict[str, _Waiting] = field(default_factory=dict)
 
     def open(
-        self, model: type[BaseModel], elicit_id: str, caller: str
+        self,
+        model: type[BaseModel],
+        elicit_id: str,
+        caller: str,
+        context: dict[str, Any] | None = None,
     ) -> tuple[str, asyncio.Future[ElicitResult[Any]]]:
         request_id = f"req_{uuid.uuid4().hex}"
         future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[request_id] = _Waiting(future, model, elicit_id, caller)
+        self.waiting[request_id] = _Waiting(future, model, elicit_id, caller, context or {})
         return request_id, future
 
     def close(self, request_id: str) -> None:
@@ -211,7 +221,9 @@ class PendingRequests:
                 waiting.model.__name__,
                 [{"loc": ("payload",), "msg": "must be an object"}],
             )
-        validated = validate_result(result, waiting.model, waiting.elicit_id)
+        validated = validate_result(
+            result, waiting.model, waiting.elicit_id, context=waiting.context
+        )
         waiting.future.set_result(validated)
         return validated
 
@@ -232,7 +244,9 @@ class NotifyHost(_Host):
         self.pending, self.timeout, self.caller = pending, timeout, caller
 
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
-        request_id, future = self.pending.open(request.schema.model, str(request.id), self.caller)
+        request_id, future = self.pending.open(
+            request.schema.model, str(request.id), self.caller, request.context
+        )
         try:
             await self.send_log(
                 "notice",

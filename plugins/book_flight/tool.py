@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from chatbridge import ToolContext, create_mcp_tool
-from plugins.book_flight.data import find_flight, issue_ticket, search_flights, seat_map_for
+from chatbridge import AnswerRefused, ToolContext, answer_rule, create_mcp_tool
+from plugins.book_flight.data import (
+    SeatMap,
+    find_flight,
+    issue_ticket,
+    search_flights,
+    seat_map_for,
+)
 
 __all__ = ["BookFlightParams", "PickFlight", "PickSeat", "book_flight"]
 
@@ -19,6 +26,11 @@ class BookFlightParams(BaseModel):
 
 class PickFlight(BaseModel):
     flight_id: str = Field(min_length=1, max_length=32, description="Id of the chosen flight")
+
+    @answer_rule("flight_id")
+    def _offered(cls, flight_id: str, context: Mapping[str, Any]) -> None:
+        if find_flight(context.get("flights") or [], flight_id) is None:
+            raise AnswerRefused("Choose one of the flights listed.")
 
 
 class PickSeat(BaseModel):
@@ -34,6 +46,21 @@ class PickSeat(BaseModel):
             data = {k: v for k, v in data.items() if k != "seat_label"}
             data.update(row=label[:-1], seat=label[-1:])
         return data
+
+    @answer_rule("row")
+    def _in_cabin(cls, row: int, context: Mapping[str, Any]) -> None:
+        rows = SeatMap.model_validate(context["seat_map"]).rows
+        if row > rows:
+            raise AnswerRefused(f"This aircraft has rows 1 to {rows}.")
+
+    @answer_rule("seat")
+    def _free(cls, seat: str, context: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
+        seat_map = SeatMap.model_validate(context["seat_map"])
+        row = answer.get("row")  # absent when the row itself was refused
+        if seat not in seat_map.seats:
+            raise AnswerRefused(f"This aircraft has seats {', '.join(seat_map.seats)}.")
+        if row is not None and seat_map.is_taken(row, seat):
+            raise AnswerRefused(f"Seat {row}{seat} is taken; choose another.")
 
 
 _PAST = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
@@ -56,7 +83,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     if not choice.accepted:
         return {"booked": False, "reason": f"flight selection {_PAST[choice.action]}"}
     flight = find_flight(flights, choice.content.flight_id)
-    if flight is None:
+    if flight is None:  # unreachable: PickFlight's rule accepts only the flights offered
         return {"booked": False, "reason": f"no flight {choice.content.flight_id!r} on this route"}
     await ctx.notify(f"Selected {flight.number}", progress=2, total=4)
 
@@ -68,9 +95,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     )
     if not seat.accepted:
         return {"booked": False, "reason": f"seat selection {_PAST[seat.action]}"}
-    label = f"{seat.content.row}{seat.content.seat}"
-    if seat.content.row > seat_map.rows or seat_map.is_taken(seat.content.row, seat.content.seat):
-        return {"booked": False, "reason": f"seat {label} is not available"}
+    label = f"{seat.content.row}{seat.content.seat}"  # PickSeat's rules: in the cabin and free
     await ctx.notify(f"Seat {label} held", progress=3, total=4)
 
     tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from chatbridge import PluginContext, Submission, create_tool
+from chatbridge import AnswerRefused, PluginContext, Submission, answer_rule, create_tool
 
 __all__ = ["PickCardParams", "PickedCard", "card_name", "deal", "pick_card"]
 
@@ -22,6 +23,19 @@ class PickCardParams(BaseModel):
 
 class PickedCard(BaseModel):
     card: str = Field(min_length=2, max_length=3, description="Code of the picked card, e.g. QH")
+
+    @answer_rule("card")
+    def _dealt(cls, card: str, context: Mapping[str, Any]) -> None:
+        if card not in {dealt["code"] for dealt in context["cards"]}:
+            raise AnswerRefused("Pick one of the cards on the table.")
+
+    @field_validator("card")
+    @classmethod
+    def _a_card(cls, card: str) -> str:
+        """Always on (also without a question): a malformed code never reaches ``card_name``."""
+        if card[:-1] not in RANKS or card[-1:] not in SUITS:
+            raise AnswerRefused(f"{card!r} is not a card; codes look like QH or 10S.")
+        return card
 
 
 def card_name(code: str) -> str:
@@ -47,12 +61,7 @@ def deal(params: PickCardParams) -> dict[str, Any]:
 
 
 async def show_cards(context: dict[str, Any], ctx: PluginContext) -> Submission[Any]:
-    dealt = {card["code"] for card in context["cards"]}
-
-    def in_hand(answer: PickedCard) -> dict[str, str] | None:
-        return None if answer.card in dealt else {"card": "Pick one of the cards on the table."}
-
-    return await ctx.render("pick_card/cards.html", {"cards": context["cards"]}, validate=in_hand)
+    return await ctx.render("pick_card/cards.html", {"cards": context["cards"]})
 
 
 def tell(context: dict[str, Any], answer: dict[str, Any]) -> str:
