@@ -173,31 +173,67 @@ async def _put(session: PluginSession, request: ElicitRequest, ask: Ask) -> None
 
 
 class PushCarrier:
-    """Legacy: ``elicitation/create`` on the call's stream, answered within ``timeout``."""
+    """Legacy: ``elicitation/create`` on the call's stream, answered within ``timeout``.
+
+    While it waits, the client is pinged every ``heartbeat`` seconds on the same stream: a
+    client that crashed sends no close, and its question must not wait for nobody.
+    """
 
     def __init__(
-        self, ctx: ServerRequestContext[Any, Any], flat: dict[str, dict[str, Any]], timeout: float
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        flat: dict[str, dict[str, Any]],
+        timeout: float,
+        session: PluginSession,
+        heartbeat: float = 5.0,
     ) -> None:
         self.ctx, self.flat, self.timeout = ctx, flat, timeout
-        self.session: PluginSession | None = None
+        self.session, self.heartbeat = session, heartbeat
 
     async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
         params = wire_request(request, self.flat[request.key], note)
-        try:
-            answer = await self.ctx.session.send_request(
+        asking = asyncio.ensure_future(
+            self.ctx.session.send_request(
                 types.ElicitRequest(params=params),
                 types.ElicitResult,
                 request_read_timeout_seconds=self.timeout,
                 metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
             )
+        )
+        alive = asyncio.ensure_future(self._heartbeat())
+        try:
+            await asyncio.wait({asking, alive}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (asking, alive):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({asking, alive})
+        if not asking.done() or asking.cancelled():
+            raise ClientGone("the client stopped answering pings")
+        try:
+            answer = asking.result()
         except MCPError as exc:
             if exc.error.code != types.REQUEST_TIMEOUT:
                 raise ClientGone(exc.error.message) from exc
             logger.info("%s: no answer in %.1fs: the question expires", request.id, self.timeout)
-            if self.session is not None:
-                await self.session.expire()
+            await self.session.expire()
             return None
         return from_wire(answer.action, answer.content)
+
+    async def _heartbeat(self) -> None:
+        """Return when the client fails to answer a ping in time."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                await self.ctx.session.send_request(
+                    types.PingRequest(),
+                    types.EmptyResult,
+                    request_read_timeout_seconds=self.heartbeat,
+                    metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
+                )
+            except MCPError as exc:
+                logger.info("MCP client did not answer a ping: %s", exc.error.message)
+                return
 
 
 @dataclass

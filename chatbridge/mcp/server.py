@@ -85,6 +85,7 @@ class McpSettings:
     state_keys: Sequence[bytes]  # the first seals, all unseal (rotation)
     state_ttl: float = 900.0
     request_timeout: float = 120.0
+    heartbeat: float = 5.0  # seconds between pings of a client that is being asked
     name: str = "chatbridge"
 
 
@@ -250,9 +251,13 @@ class McpBridge:
         channel = Channel(ctx)
         ask: Ask
         if push:
-            carrier = PushCarrier(ctx, self.flat[tool.name], self.settings.request_timeout)
-            carrier.session = session
-            ask = carrier
+            ask = PushCarrier(
+                ctx,
+                self.flat[tool.name],
+                self.settings.request_timeout,
+                session,
+                self.settings.heartbeat,
+            )
         else:
             ask = NotifyCarrier(
                 channel,
