@@ -226,6 +226,85 @@ async def test_a_respond_from_another_mcp_session_is_refused(server: str) -> Non
         call.cancel()
 
 
+def short_bridge(manager: SessionManager, request_timeout: float) -> McpBridge:
+    return McpBridge(
+        PluginRegistry([book_flight_plugin]),
+        manager,
+        McpSettings(state_keys=[b"k" * 32], request_timeout=request_timeout),
+    )
+
+
+async def test_a_pushed_question_nobody_answers_expires_as_cancel() -> None:
+    manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+
+    async def silent(context: Any, params: Any) -> types.ElicitResult:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    try:
+        bridge = short_bridge(manager, request_timeout=0.5)
+        async with Client(bridge.server, mode="legacy", elicitation_callback=silent) as client:
+            result = await asyncio.wait_for(client.call_tool("book_flight", ROUTE), 10)
+    finally:
+        await manager.shutdown("test finished")
+    assert result.structured_content == {"booked": False, "reason": "flight selection cancelled"}
+
+
+async def test_a_cancelled_call_aborts_its_session() -> None:
+    manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    asked = asyncio.Event()
+    ended: list[str] = []
+
+    async def waiting(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    try:
+        bridge = short_bridge(manager, request_timeout=60)
+        async with Client(bridge.server, mode="legacy", elicitation_callback=waiting) as client:
+            call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+            await asyncio.wait_for(asked.wait(), 10)
+            [info] = manager.list_active()
+            session = manager.get(info.id)
+            assert session is not None and session.meta["transport"] == "mcp-push"
+            call.cancel()  # the client sends notifications/cancelled
+            event = await asyncio.wait_for(session.wait_finished(), 10)
+            ended.append(event.type)
+            assert event.type == "aborted" and event.reason == "the MCP client went away"
+    finally:
+        await manager.shutdown("test finished")
+    assert ended == ["aborted"] and manager.list_active() == []
+
+
+async def test_a_modern_client_that_opted_in_to_logs_answers_through_respond(
+    server: str,
+) -> None:
+    requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            requests.put_nowait(params.data)
+
+    async with Client(
+        f"{server}/mcp", mode=MODERN, logging_callback=on_log, log_level="notice"
+    ) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        for _ in range(2):
+            request = await asyncio.wait_for(requests.get(), 10)
+            context = request["context"]
+            if request["request_type"] == "pick_flight":
+                payload = {"flight_id": context["flights"][2]["id"]}
+            else:
+                payload = free_seat(context["seat_map"]["flight_id"])
+            answered = await client.call_tool(
+                "_respond", {"request_id": request["request_id"], "payload": payload}
+            )
+            assert answered.structured_content["ok"] is True
+        result = await asyncio.wait_for(call, 20)
+    assert result.structured_content["flight"] == FLIGHTS[2].number
+
+
 # -- operators and vanishing clients: daphne on Redis, a database the test can read ----------
 
 
@@ -366,3 +445,33 @@ def test_a_legacy_client_killed_mid_question_ends_its_session(site: Site) -> Non
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.slow
+async def test_a_round_trip_survives_a_server_killed_between_questions(site: Site) -> None:
+    port = free_port()
+    first = start_daphne(port, site.env)
+    try:
+        async with Client(
+            f"http://127.0.0.1:{port}/mcp", mode=MODERN, elicitation_callback=Person()
+        ) as c:
+            key, state = await at_seat_question(c)
+    finally:
+        first.kill()
+        first.wait()
+    [row] = [r for r in site.rows() if r[1] == "awaiting_elicit" and r[2] == "mcp-mrtr"]
+    port = free_port()
+    second = start_daphne(port, site.env)
+    try:
+        async with Client(
+            f"http://127.0.0.1:{port}/mcp", mode=MODERN, elicitation_callback=Person()
+        ) as c:
+            answer = seat_answer(key, free_seat(FLIGHTS[0].id))
+            booked = await retry(c, state, answer)
+            again = await retry(c, state, answer)
+    finally:
+        stop(second)
+    assert booked.structured_content["booked"] is True
+    assert again.structured_content == booked.structured_content
+    [(status,)] = [r[1:2] for r in site.rows() if r[0] == row[0]]
+    assert status == "completed"

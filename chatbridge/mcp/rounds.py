@@ -50,6 +50,7 @@ class StoredCall:
     status: str
     result: Any
     error: str
+    aborted_by: str = ""
 
 
 class CallStore(Protocol):
@@ -158,7 +159,11 @@ class Rounds:
         """The first round: start the session, run it to its first question or its end."""
         async with self._lock(call_id):
             session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
-            return await self._advance(session, caller, channel)
+            try:
+                return await self._advance(session, caller, channel)
+            finally:  # even if this request is cancelled: a call nobody continues must end
+                if not session.finished:
+                    self._arm(session)
 
     async def retry(
         self,
@@ -205,7 +210,7 @@ class Rounds:
                     tool, stored.arguments, call_id=call_id, journal=stored.journal, meta=meta
                 )
             else:
-                result = final_result(stored.status, stored.result, stored.error)
+                result = final_result(stored.status, stored.result, stored.error, stored.aborted_by)
                 ended = _Ended(stored.journal, result, self._clock() + self.ttl)
         if session is not None and session.pending is None and not session.finished:
             outcome = await self._advance(session, caller, channel)  # resumed: to its question
@@ -302,6 +307,9 @@ class Rounds:
 
     def _expire(self, session: PluginSession) -> None:
         self._timers.pop(session.id, None)
+        lock = self._locks.get(session.id)
+        if lock is not None and not lock.locked():
+            del self._locks[session.id]
         reason = "the MCP client did not continue the call before its requestState expired"
         task = asyncio.get_running_loop().create_task(session.abort(reason))
         self._aborts.add(task)

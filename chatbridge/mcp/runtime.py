@@ -29,8 +29,9 @@ def _load(call_id: str) -> StoredCall | None:
     row = ToolSession.objects.filter(pk=call_id).first()
     if row is None:
         return None
+    journal = row.journal_entries()
     return StoredCall(
-        row.tool_name, row.arguments, row.journal_entries(), row.status, row.result, row.error
+        row.tool_name, row.arguments, journal, row.status, row.result, row.error, row.aborted_by
     )
 
 
