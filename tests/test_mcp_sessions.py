@@ -475,3 +475,54 @@ async def test_a_round_trip_survives_a_server_killed_between_questions(site: Sit
     assert again.structured_content == booked.structured_content
     [(status,)] = [r[1:2] for r in site.rows() if r[0] == row[0]]
     assert status == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_runtime")
+async def test_staff_see_an_mcp_call_in_the_admin_and_abort_it() -> None:
+    from chatbridge.chat import runtime
+    from chatbridge.chat.workers import ensure_listener
+    from tests.test_admin import CHANGELIST, login, row
+
+    manager = runtime.get_session_manager()
+    bridge = McpBridge(
+        PluginRegistry([book_flight_plugin]),
+        manager,
+        McpSettings(state_keys=[b"k" * 32]),
+        on_call=ensure_listener,
+    )
+    asked = asyncio.Event()
+
+    async def waiting(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with Client(bridge.server, mode="legacy", elicitation_callback=waiting) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        await asyncio.wait_for(asked.wait(), 10)
+        [info] = manager.list_active()
+        staff = await login(staff=True)
+        listing = (await staff.get(CHANGELIST + "?transport=mcp-push")).content.decode()
+        assert info.id in listing and "pick_flight: Select your flight" in listing
+        active = (await staff.get(CHANGELIST + "active/")).content.decode()
+        assert info.id in active
+        response = await staff.post(f"{CHANGELIST}{info.id}/abort/", {"reason": "maintenance"})
+        assert response.status_code == 302
+        result = await asyncio.wait_for(call, 10)
+    assert result.is_error
+    assert result.content[0].text == (
+        "An operator stopped this tool call: Aborted by operator ops: maintenance"
+    )
+    record = await row(info.id)
+    for _ in range(100):  # the recorder writes the end just after the tool stops
+        if record.status == "aborted":
+            break
+        await asyncio.sleep(0.05)
+        record = await row(info.id)
+    assert (record.status, record.transport, record.conversation_id) == (
+        "aborted",
+        "mcp-push",
+        None,
+    )
+    assert record.aborted_by == "operator ops"
