@@ -28,6 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.core.sessions import SessionManager
 from chatbridge.environment import (
     database_from_url,
     env_flag,
@@ -254,7 +255,8 @@ def test_mcp_is_closed_until_the_operator_chooses_who_may_call_it(
 async def test_the_mcp_policy_is_enforced_before_the_sdk(
     token: str, public: bool, status: int
 ) -> None:
-    bridge = McpBridge(PluginRegistry(), LiteLLMSampler(), McpSettings(state_keys=[b"k" * 32]))
+    manager = SessionManager(sampler=LiteLLMSampler())
+    bridge = McpBridge(PluginRegistry(), manager, McpSettings(state_keys=[b"k" * 32]))
     endpoint = McpEndpoint(bridge, allowed_hosts=["127.0.0.1"], token=token, public=public)
     sent: list[dict[str, Any]] = []
 

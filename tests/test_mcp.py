@@ -21,7 +21,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from chatbridge import PluginRegistry, ToolDefinitionError, create_mcp_tool, make_plugin
+from chatbridge import (
+    PluginRegistry,
+    SessionManager,
+    ToolDefinitionError,
+    create_mcp_tool,
+    make_plugin,
+)
 from chatbridge.core.model_context import extract_context
 from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.asgi import McpEndpoint
@@ -45,7 +51,7 @@ def booking_bridge(state_ttl: float = 900.0) -> McpBridge:
     """An in-process MCP server with book_flight, for the Client's in-memory transport."""
     return McpBridge(
         PluginRegistry([book_flight_plugin]),
-        LiteLLMSampler("offline/mcp"),
+        SessionManager(sampler=LiteLLMSampler("offline/mcp")),
         McpSettings(state_keys=[b"k" * 32], state_ttl=state_ttl),
     )
 
@@ -269,7 +275,7 @@ def test_models_that_are_not_flat_are_refused_when_the_server_is_built() -> None
 
     registry = PluginRegistry([make_plugin(tool).on_elicit(where=handler).build()])
     with pytest.raises(ToolDefinitionError) as info:
-        McpBridge(registry, LiteLLMSampler(), McpSettings(state_keys=[b"k" * 32]))
+        McpBridge(registry, SessionManager(), McpSettings(state_keys=[b"k" * 32]))
     assert str(info.value) == (
         "Tool 'ship' cannot be served over MCP: the answer to 'where' (Shipping) has field "
         "'address', which is not a string, number, integer, boolean, enum or list of enum "
@@ -280,7 +286,7 @@ def test_models_that_are_not_flat_are_refused_when_the_server_is_built() -> None
 
 async def test_a_bearer_token_guards_the_endpoint() -> None:
     registry = PluginRegistry()
-    bridge = McpBridge(registry, LiteLLMSampler(), McpSettings(state_keys=[b"k" * 32]))
+    bridge = McpBridge(registry, SessionManager(), McpSettings(state_keys=[b"k" * 32]))
     endpoint = McpEndpoint(bridge, allowed_hosts=["127.0.0.1"], token="s3cret")
     sent: list[dict[str, Any]] = []
 

@@ -134,10 +134,12 @@ class ToolSessionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "status_badge",
         "pending_question",
         "waiting",
+        "transport",
+        "client",
         "worker",
         "created_at",
     )
-    list_filter = ("status", "tool_name", AgeFilter)
+    list_filter = ("status", "tool_name", "transport", AgeFilter)
     search_fields = ("id", "tool_name", "pending_message", "conversation__title")
     inlines = (JournalInline,)
     actions = ("abort_sessions",)

@@ -87,6 +87,12 @@ class ToolSession(models.Model):
     pending_schema = models.JSONField(null=True, blank=True)
     pending_since = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=120, blank=True, default="")
+    transport = models.CharField(
+        max_length=20, blank=True, default="chat", help_text="chat, mcp-push, mcp-mrtr, mcp-respond"
+    )
+    client = models.CharField(
+        max_length=200, blank=True, default="", help_text="the MCP session id or caller digest"
+    )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     aborted_by = models.CharField(max_length=150, blank=True, default="")

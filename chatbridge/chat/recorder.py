@@ -49,6 +49,8 @@ def _started(session: PluginSession) -> None:
             "arguments": session.params.model_dump(mode="json"),
             "status": session.status,
             "worker": WORKER_ID,
+            "transport": session.meta.get("transport", "chat"),
+            "client": session.meta.get("client", ""),
             "ended_at": None,
         },
     )

@@ -113,6 +113,9 @@ class PluginSession:
         self._wakeups: list[asyncio.Future[None]] = []
         self._terminal: SessionEvent | None = None
         self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
+        # The open question's refused answers: counted here, never by what a client sends.
+        self.pending_attempts = 0
+        self.pending_errors: ElicitValidationError | None = None
         self._task: asyncio.Task[None] | None = None
         self._parked = False
         self.created_at = self.updated_at = datetime.now(UTC)
@@ -225,6 +228,8 @@ class PluginSession:
                 result, request.schema.model, wanted, context=request.context
             )
         except ElicitValidationError as exc:
+            self.pending_attempts += 1
+            self.pending_errors = exc
             data = result_to_dict(result).get("content") or {}
             await observe(self.observer, "answer_rejected", self, wanted, data, exc.field_errors())
             raise
@@ -308,6 +313,7 @@ class PluginSession:
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
         future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._pending = (request, future)
+        self.pending_attempts, self.pending_errors = 0, None
         self._set_status("awaiting_elicit")
         await observe(self.observer, "status_changed", self)
         self._emit(ElicitEvent(self.id, request))

@@ -1,24 +1,31 @@
-"""Where a tool's questions go over MCP, by what the client can do (DESIGN §6).
+"""How an MCP request carries a session's events and questions (DESIGN §6, §9).
 
-- ``PushHost``: legacy clients that declare elicitation get ``elicitation/create`` mid-call.
-- ``ReplayHost``: 2026-07-28 clients get ``input_required``; the retry replays the journal.
-- ``NotifyHost``: clients that cannot elicit get a ``type: "request"`` log notification and
-  answer with the ``_respond`` tool (BIDIR-6 option A); unanswered requests time out as Cancel.
+Every MCP call is a ``PluginSession``; the MCP side only *drives* it, like the chat's
+``ToolCallRunner``: it reads ``session.next_event()``, forwards logs and progress as
+notifications, puts questions to the client and hands answers back with
+``session.respond_to_elicit`` (the session validates and counts refused answers).
+
+- ``PushCarrier``: legacy clients that declare elicitation get ``elicitation/create``
+  mid-call, with a timeout (the question expires: the tool sees Cancel).
+- ``NotifyCarrier``: clients that cannot elicit get a ``type: "request"`` log notification and
+  answer with the ``_respond`` tool (BIDIR-6 option A), from the same MCP session and caller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPDeprecationWarning
-from pydantic import BaseModel
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.message import ServerMessageMetadata
 
 from chatbridge.core.elicit import (
     Accept,
@@ -27,28 +34,37 @@ from chatbridge.core.elicit import (
     ElicitRequest,
     ElicitResult,
     result_from_dict,
-    validate_result,
 )
-from chatbridge.core.exceptions import ElicitValidationError, format_errors
-from chatbridge.core.journal import EntryKind, JournalEntry
+from chatbridge.core.events import SessionEvent
+from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, format_errors
 from chatbridge.core.model_context import encode_message, with_context
-from chatbridge.core.sampling import Sampler, SampleRequest, SampleResult
+from chatbridge.core.sessions import PluginSession
 
 __all__ = [
     "MAX_ATTEMPTS",
-    "InputRequired",
-    "NotifyHost",
+    "Channel",
+    "ClientGone",
+    "NotifyCarrier",
     "PendingRequests",
-    "PushHost",
-    "ReplayHost",
+    "PushCarrier",
+    "deliver",
+    "drive",
+    "from_wire",
+    "wire_request",
 ]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-MAX_ATTEMPTS = 3  # invalid answers before a question is given up as Cancel
+MAX_ATTEMPTS = 3  # refused answers to one question before it is given up as Cancel
+
+Ask = Callable[[ElicitRequest, str], Awaitable[ElicitResult[Any] | None]]
 
 
-def _errors_text(exc: ElicitValidationError) -> str:
+class ClientGone(Exception):  # noqa: N818 - names what happened, like ConnectionReset
+    """The MCP client can no longer be reached (closed, cancelled or failed the request)."""
+
+
+def errors_text(exc: ElicitValidationError) -> str:
     return f"Your previous answer was not accepted: {format_errors(exc.errors)}. Please try again."
 
 
@@ -64,29 +80,40 @@ def wire_request(
     )
 
 
-def _from_wire(action: str, content: dict[str, Any] | None) -> ElicitResult[Any]:
+def from_wire(action: str, content: dict[str, Any] | None) -> ElicitResult[Any]:
+    """An unvalidated result from a client's ``ElicitResult`` fields."""
     if action == "accept":
         return Accept(dict(content or {}))
     return Decline() if action == "decline" else Cancel()
 
 
-class _Host:
-    """What every MCP host shares: sampling, progress and log notifications."""
+async def deliver(session: PluginSession, request: ElicitRequest, answer: ElicitResult[Any]) -> str:
+    """Hand ``answer`` to the session. Returns "" when the question is settled (accepted, or
+    given up as Cancel after ``MAX_ATTEMPTS`` refused answers), else the note to ask again with.
+    """
+    try:
+        await session.respond_to_elicit(request.id, answer)
+    except ElicitValidationError as exc:
+        if session.pending_attempts < MAX_ATTEMPTS:
+            return errors_text(exc)
+        logger.info("%s: %d answers refused, giving up as Cancel", request.id, MAX_ATTEMPTS)
+        with contextlib.suppress(ElicitNotPending):
+            await session.respond_to_elicit(request.id, Cancel())
+    except ElicitNotPending:
+        pass  # aborted or expired meanwhile: the session's end says what happened
+    return ""
 
-    def __init__(
-        self, ctx: ServerRequestContext[Any, Any], flat: dict[str, dict[str, Any]], sampler: Sampler
-    ) -> None:
-        self.ctx, self.flat, self.sampler = ctx, flat, sampler
 
-    async def complete(self, request: SampleRequest) -> SampleResult:
-        return await self.sampler(request)
+class Channel:
+    """The notifications of one MCP request: logs (where delivered) and progress."""
 
-    async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
-        await self.send_log(level, {"message": message, **data}, "chatbridge.tool")
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self.ctx = ctx
 
     async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
-        """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request) but
-        the only notification both protocol eras deliver, so DESIGN §6 uses it deliberately."""
+        """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request with
+        ``_meta["io.modelcontextprotocol/logLevel"]``; the SDK drops what they did not ask for)
+        but the only notification both protocol eras deliver, so DESIGN §6 uses it."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.ctx.session.send_log_message(
@@ -96,88 +123,126 @@ class _Host:
                 related_request_id=self.ctx.request_id,
             )
 
-    async def emit_progress(
-        self, message: str, progress: float | None, total: float | None
-    ) -> None:
-        if progress is not None:
-            await self.ctx.session.report_progress(progress, total, message)
-
-    async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
-        return None
-
-    async def recorded(self, entry: JournalEntry) -> None:
-        return None
+    async def forward(self, event: SessionEvent) -> None:
+        try:
+            if event.type == "log":
+                data = {"message": event.message, **event.data}
+                await self.send_log(event.level, data, "chatbridge.tool")
+            elif event.type == "progress" and event.progress is not None:
+                await self.ctx.session.report_progress(event.progress, event.total, event.message)
+        except MCPError as exc:  # a notification that cannot be sent is not the tool's problem
+            logger.info("notification to the MCP client failed: %s", exc)
 
 
-class PushHost(_Host):
-    """Legacy: ask the client with ``elicitation/create``; invalid answers are asked again."""
+async def drive(session: PluginSession, channel: Channel, ask: Ask) -> SessionEvent:
+    """Carry ``session``'s events to the client until it ends; return its terminal event.
 
-    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
-        note = ""
-        for _ in range(MAX_ATTEMPTS):
-            params = wire_request(request, self.flat[request.key], note)
-            answer = await self.ctx.session.elicit_form(
-                message=params.message,
-                requested_schema=params.requested_schema,
-                related_request_id=self.ctx.request_id,
-            )
-            result = _from_wire(answer.action, answer.content)
-            try:
-                return validate_result(
-                    result, request.schema.model, str(request.id), context=request.context
-                )
-            except ElicitValidationError as exc:
-                note = _errors_text(exc)
-        return Cancel()
+    ``ClientGone`` (or cancellation of the MCP request) leaves the session to the caller.
+    """
+    while True:
+        event = await session.next_event()
+        if event.type in ("log", "progress"):
+            await channel.forward(event)
+        elif event.type == "elicit":
+            await _put(session, event.request, ask)
+        else:
+            return event
 
 
-class InputRequired(BaseException):  # noqa: N818 - a control-flow signal, not an error
-    """Stops a replayed tool at a question the client has not answered yet."""
+async def _put(session: PluginSession, request: ElicitRequest, ask: Ask) -> None:
+    """Ask until the question is settled, the carrier settles it, or the session ends it."""
+    note = ""
+    while True:
+        asking = asyncio.ensure_future(ask(request, note))
+        closed = asyncio.ensure_future(session.question_closed(request.id))
+        try:
+            await asyncio.wait({asking, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not asking.done():
+                asking.cancel()
+                await asyncio.wait({asking})
+        if asking.cancelled():
+            return  # answered elsewhere, expired or aborted
+        answer = asking.result()
+        if answer is None:
+            return
+        note = await deliver(session, request, answer)
+        if not note:
+            return
 
-    def __init__(self, request: ElicitRequest, note: str, attempts: int) -> None:
-        self.request, self.note, self.attempts = request, note, attempts
-        super().__init__(str(request.id))
 
+class PushCarrier:
+    """Legacy: ``elicitation/create`` on the call's stream, answered within ``timeout``.
 
-class ReplayHost(_Host):
-    """2026-07-28: answer from ``inputResponses`` if the client sent one, else stop the run."""
+    While it waits, the client is pinged every ``heartbeat`` seconds on the same stream: a
+    client that crashed sends no close, and its question must not wait for nobody.
+    """
 
     def __init__(
         self,
         ctx: ServerRequestContext[Any, Any],
         flat: dict[str, dict[str, Any]],
-        sampler: Sampler,
-        responses: dict[str, Any],
-        attempts: int,
+        timeout: float,
+        session: PluginSession,
+        heartbeat: float = 5.0,
     ) -> None:
-        super().__init__(ctx, flat, sampler)
-        self.responses, self.attempts = responses, attempts
+        self.ctx, self.flat, self.timeout = ctx, flat, timeout
+        self.session, self.heartbeat = session, heartbeat
 
-    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
-        raw = self.responses.pop(str(request.id), None)
-        if raw is None:
-            raise InputRequired(request, "", 0)
-        answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
-        try:
-            return validate_result(
-                _from_wire(answer.action, answer.content),
-                request.schema.model,
-                str(request.id),
-                context=request.context,
+    async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
+        params = wire_request(request, self.flat[request.key], note)
+        asking = asyncio.ensure_future(
+            self.ctx.session.send_request(
+                types.ElicitRequest(params=params),
+                types.ElicitResult,
+                request_read_timeout_seconds=self.timeout,
+                metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
             )
-        except ElicitValidationError as exc:
-            if self.attempts + 1 >= MAX_ATTEMPTS:
-                return Cancel()
-            raise InputRequired(request, _errors_text(exc), self.attempts + 1) from None
+        )
+        alive = asyncio.ensure_future(self._heartbeat())
+        try:
+            await asyncio.wait({asking, alive}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (asking, alive):
+                if not task.done():
+                    task.cancel()
+            await asyncio.wait({asking, alive})
+        if not asking.done() or asking.cancelled():
+            raise ClientGone("the client stopped answering pings")
+        try:
+            answer = asking.result()
+        except MCPError as exc:
+            if exc.error.code != types.REQUEST_TIMEOUT:
+                raise ClientGone(exc.error.message) from exc
+            logger.info("%s: no answer in %.1fs: the question expires", request.id, self.timeout)
+            await self.session.expire()
+            return None
+        return from_wire(answer.action, answer.content)
+
+    async def _heartbeat(self) -> None:
+        """Return when the client fails to answer a ping in time."""
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                await self.ctx.session.send_request(
+                    types.PingRequest(),
+                    types.EmptyResult,
+                    request_read_timeout_seconds=self.heartbeat,
+                    metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
+                )
+            except MCPError as exc:
+                logger.info("MCP client did not answer a ping: %s", exc.error.message)
+                return
 
 
 @dataclass
 class _Waiting:
-    future: asyncio.Future[ElicitResult[Any]]
-    model: type[BaseModel]
-    elicit_id: str
-    caller: str
-    context: dict[str, Any] = field(default_factory=dict)  # the question's, for its rules
+    session: PluginSession
+    request: ElicitRequest
+    client: str  # the MCP session the question went to
+    caller: str  # the Authorization digest it went to
+    settled: asyncio.Future[None]
 
 
 @dataclass
@@ -186,75 +251,70 @@ class PendingRequests:
 
     waiting: dict[str, _Waiting] = field(default_factory=dict)
 
-    def open(
-        self,
-        model: type[BaseModel],
-        elicit_id: str,
-        caller: str,
-        context: dict[str, Any] | None = None,
-    ) -> tuple[str, asyncio.Future[ElicitResult[Any]]]:
+    def open(self, session: PluginSession, request: ElicitRequest, client: str, caller: str) -> str:
         request_id = f"req_{uuid.uuid4().hex}"
-        future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[request_id] = _Waiting(future, model, elicit_id, caller, context or {})
-        return request_id, future
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = _Waiting(session, request, client, caller, settled)
+        return request_id
 
     def close(self, request_id: str) -> None:
         self.waiting.pop(request_id, None)
 
-    def respond(self, request_id: str, payload: Any, caller: str) -> ElicitResult[Any]:
-        """Validate and deliver an answer; ``KeyError`` for unknown ids, ``ElicitValidationError``
-        for invalid content (the request stays open)."""
+    async def respond(self, request_id: str, payload: Any, client: str, caller: str) -> str:
+        """Deliver an answer from ``client``/``caller``. ``KeyError`` for ids that are unknown,
+        settled, or were sent to someone else; returns "" when settled, else the errors (the
+        request stays open)."""
         waiting = self.waiting.get(request_id)
-        if waiting is None or waiting.caller != caller or waiting.future.done():
+        if (
+            waiting is None
+            or (waiting.client, waiting.caller) != (client, caller)
+            or waiting.settled.done()
+        ):
             raise KeyError(request_id)
         if (
             isinstance(payload, dict)
             and payload.get("action") in ("accept", "decline", "cancel")
             and set(payload) <= {"action", "content"}
         ):
-            result = result_from_dict(payload)
+            answer = result_from_dict(payload)
         elif isinstance(payload, dict):
-            result = Accept(payload)
+            answer = Accept(payload)
         else:
-            raise ElicitValidationError(
-                waiting.elicit_id,
-                waiting.model.__name__,
-                [{"loc": ("payload",), "msg": "must be an object"}],
-            )
-        validated = validate_result(
-            result, waiting.model, waiting.elicit_id, context=waiting.context
-        )
-        waiting.future.set_result(validated)
-        return validated
+            return "Your previous answer was not accepted: payload: must be an object."
+        note = await deliver(waiting.session, waiting.request, answer)
+        if not note and not waiting.settled.done():
+            waiting.settled.set_result(None)
+        return note
 
 
-class NotifyHost(_Host):
-    """No elicitation: send a request notification, wait for ``_respond`` or the timeout."""
+class NotifyCarrier:
+    """No elicitation: a request notification, answered through ``_respond`` within ``timeout``."""
 
     def __init__(
         self,
-        ctx: ServerRequestContext[Any, Any],
+        channel: Channel,
         flat: dict[str, dict[str, Any]],
-        sampler: Sampler,
         pending: PendingRequests,
         timeout: float,
+        session: PluginSession,
+        client: str,
         caller: str,
     ) -> None:
-        super().__init__(ctx, flat, sampler)
-        self.pending, self.timeout, self.caller = pending, timeout, caller
+        self.channel, self.flat, self.pending, self.timeout = channel, flat, pending, timeout
+        self.session, self.client, self.caller = session, client, caller
 
-    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
-        request_id, future = self.pending.open(
-            request.schema.model, str(request.id), self.caller, request.context
-        )
+    async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
+        request_id = self.pending.open(self.session, request, self.client, self.caller)
+        settled = self.pending.waiting[request_id].settled
         try:
-            await self.send_log(
+            message = f"{request.message}\n\n{note}" if note else request.message
+            await self.channel.send_log(
                 "notice",
                 {
                     "type": "request",
                     "request_id": request_id,
                     "request_type": request.key,
-                    "message": request.message,
+                    "message": message,
                     "schema": self.flat[request.key],
                     "context": request.context,
                     "timeout_ms": int(self.timeout * 1000),
@@ -262,9 +322,12 @@ class NotifyHost(_Host):
                 },
                 "chatbridge.request",
             )
-            return await asyncio.wait_for(future, self.timeout)
+            await asyncio.wait_for(asyncio.shield(settled), self.timeout)
         except TimeoutError:
             logger.info("request %s timed out after %.1fs: Cancel", request_id, self.timeout)
-            return Cancel()
+            await self.session.expire()
+        except MCPError as exc:
+            raise ClientGone(exc.error.message) from exc
         finally:
             self.pending.close(request_id)
+        return None

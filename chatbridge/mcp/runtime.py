@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import hashlib
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from chatbridge.chat.models import ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
-from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.core.sessions import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.rounds import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 
-__all__ = ["build_mcp_endpoint", "state_key"]
+__all__ = ["DjangoCallStore", "build_mcp_endpoint", "state_key"]
 
 
 def state_key(secret: str) -> bytes:
@@ -21,18 +23,36 @@ def state_key(secret: str) -> bytes:
     return hashlib.sha256(b"chatbridge.mcp.request-state:" + secret.encode()).digest()
 
 
+def _load(call_id: str) -> StoredCall | None:
+    row = ToolSession.objects.filter(pk=call_id).first()
+    if row is None:
+        return None
+    journal = row.journal_entries()
+    return StoredCall(
+        row.tool_name, row.arguments, journal, row.status, row.result, row.error, row.aborted_by
+    )
+
+
+class DjangoCallStore:
+    """MCP calls as the recorder persisted them: resumed by replay after a restart."""
+
+    async def load(self, call_id: str) -> StoredCall | None:
+        return await sync_to_async(_load)(call_id)
+
+
 def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
     """The ``/mcp`` endpoint; its tool calls are sessions of ``manager``."""
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
     bridge = McpBridge(
         get_registry(),
-        LiteLLMSampler(settings.CHATBRIDGE_MODEL),
+        manager,
         McpSettings(
             state_keys=[state_key(s) for s in secrets],
             state_ttl=settings.CHATBRIDGE_MCP_STATE_TTL,
             request_timeout=settings.CHATBRIDGE_MCP_REQUEST_TIMEOUT,
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
+        store=DjangoCallStore(),
     )
     return McpEndpoint(
         bridge,

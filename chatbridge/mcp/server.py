@@ -1,14 +1,15 @@
 """The MCP server: every registered tool, served with the official ``mcp`` SDK (lowlevel).
 
-One tool call picks its host by what the client can do: pushed elicitation (legacy), replay
-over ``input_required`` (2026-07-28), or request notifications answered through ``_respond``
-(clients without elicitation). ``sample`` runs server-side with the configured model.
+Every call is a ``PluginSession`` of the process's ``SessionManager`` (DESIGN §9): a
+``ToolSession`` row, a persisted journal, listed and abortable by operators. Its questions go
+where the client can answer them: pushed elicitation (legacy), ``input_required`` round trips
+(2026-07-28, see ``rounds``), or request notifications answered through ``_respond``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -16,26 +17,34 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from chatbridge.core.calls import run_call
-from chatbridge.core.exceptions import ChatBridgeError, ElicitValidationError
-from chatbridge.core.journal import Journal
+from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.plugins import PluginRegistry
-from chatbridge.core.sampling import Sampler
+from chatbridge.core.sessions import PluginSession, SessionManager
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
-    InputRequired,
-    NotifyHost,
+    Ask,
+    Channel,
+    ClientGone,
+    NotifyCarrier,
     PendingRequests,
-    PushHost,
-    ReplayHost,
-    wire_request,
+    PushCarrier,
+    drive,
+)
+from chatbridge.mcp.rounds import (
+    CallStore,
+    Rounds,
+    RoundState,
+    error_of,
+    final_result,
+    result_of,
 )
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
@@ -54,6 +63,15 @@ _RESPOND_SCHEMA = {
     },
     "required": ["request_id", "payload"],
 }
+CLIENT_GONE = "the MCP client went away"
+NO_WAY_TO_ASK = (
+    "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
+    "elicitation capability and did not opt in to log notifications for this request. Either "
+    "declare the elicitation capability (questions then come back as input_required), or call "
+    'again with _meta {{"io.modelcontextprotocol/logLevel": "notice"}}: each question then '
+    "arrives as a notifications/message of type 'request', answered by calling the "
+    "{respond!r} tool with its request_id and payload."
+)
 
 
 MCP_APP_MIME = "text/html;profile=mcp-app"
@@ -67,29 +85,25 @@ class McpSettings:
     state_keys: Sequence[bytes]  # the first seals, all unseal (rotation)
     state_ttl: float = 900.0
     request_timeout: float = 120.0
+    heartbeat: float = 5.0  # seconds between pings of a client that is being asked
     name: str = "chatbridge"
+
+
+def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    return str(headers.get(name, "")) if headers is not None else ""
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
     """Who is calling: a digest of the Authorization header (empty without one)."""
-    request = getattr(ctx, "request", None)
-    headers = getattr(request, "headers", None)
-    auth = headers.get("authorization", "") if headers is not None else ""
+    auth = _header(ctx, "authorization")
     return hashlib.sha256(auth.encode()).hexdigest()[:32] if auth else ""
 
 
-def _result(value: Any) -> types.CallToolResult:
-    structured = value if isinstance(value, dict) else {"result": value}
-    text = json.dumps(value, ensure_ascii=False)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=structured
-    )
-
-
-def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=message)], is_error=True
-    )
+def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
+    return _header(ctx, "mcp-session-id")
 
 
 class McpBridge:
@@ -98,10 +112,13 @@ class McpBridge:
     def __init__(
         self,
         registry: PluginRegistry,
-        sampler: Sampler,
+        manager: SessionManager,
         settings: McpSettings,
         render_ui: UiRenderer | None = None,
+        *,
+        store: CallStore | None = None,
     ) -> None:
+        """``manager`` runs every call; ``store`` finds persisted calls after a restart."""
         self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in registry}
         # Guest UIs (seed 004) as MCP Apps resources, linked from their tools' _meta.ui.
         self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in registry if p.ui_resources}
@@ -112,8 +129,10 @@ class McpBridge:
             name: {key: flat_schema(name, key, model) for key, model in tool.elicits.items()}
             for name, tool in self.tools.items()
         }
-        self.sampler, self.settings = sampler, settings
+        self.manager, self.settings = manager, settings
         self.pending = PendingRequests()
+        self.rounds = Rounds(manager, self.flat, settings.state_ttl, store)
+        self._aborts: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
             settings.name,
             version="1.0",
@@ -182,99 +201,132 @@ class McpBridge:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         if params.name == RESPOND_TOOL:
-            return self._respond(ctx, params.arguments or {})
+            return await self._respond(ctx, params.arguments or {})
         tool = self.tools.get(params.name)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}.")
         arguments = dict(params.arguments or {})
         caps = ctx.session.client_capabilities
         can_elicit = caps is not None and caps.elicitation is not None
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         try:
-            if not can_elicit:
-                host = NotifyHost(
-                    ctx,
-                    self.flat[tool.name],
-                    self.sampler,
-                    self.pending,
-                    self.settings.request_timeout,
-                    _caller(ctx),
-                )
-                return _result(
-                    await run_call(tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", host=host)
-                )
-            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                return await self._replay(ctx, tool, arguments, params)
-            push = PushHost(ctx, self.flat[tool.name], self.sampler)
-            return _result(
-                await run_call(tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", host=push)
-            )
+            if can_elicit and modern:
+                return await self._round(ctx, tool, arguments, params)
+            if not can_elicit and modern and tool.elicits and not self._hears_requests(ctx):
+                return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
+            return await self._run(ctx, tool, arguments, push=can_elicit)
         except MCPError:
             raise
         except ChatBridgeError as exc:
-            return _error(str(exc))
+            return error_of(str(exc))
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
             logger.exception("MCP call of %s failed", tool.name)
-            return _error(f"The tool failed: {type(exc).__name__}: {exc}")
+            return error_of(f"The tool failed: {type(exc).__name__}: {exc}")
 
-    async def _replay(
+    @staticmethod
+    def _hears_requests(ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Did this 2026-07-28 request opt in to the log level request notifications use?"""
+        return "notice" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+
+    def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        return _mcp_session(ctx) or _caller(ctx)
+
+    async def _run(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        tool: McpTool[Any, Any],
+        arguments: dict[str, Any],
+        *,
+        push: bool,
+    ) -> types.CallToolResult:
+        """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
+        meta = {"transport": "mcp-push" if push else "mcp-respond", "client": self._client(ctx)}
+        session = await self.manager.create(
+            tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
+        )
+        channel = Channel(ctx)
+        ask: Ask
+        if push:
+            ask = PushCarrier(
+                ctx,
+                self.flat[tool.name],
+                self.settings.request_timeout,
+                session,
+                self.settings.heartbeat,
+            )
+        else:
+            ask = NotifyCarrier(
+                channel,
+                self.flat[tool.name],
+                self.pending,
+                self.settings.request_timeout,
+                session,
+                _mcp_session(ctx),
+                _caller(ctx),
+            )
+        try:
+            event = await drive(session, channel, ask)
+        except ClientGone as exc:
+            logger.info("MCP call %s: the client went away (%s)", session.id, exc)
+            await session.abort(CLIENT_GONE)
+            event = await session.wait_finished()
+        except BaseException:  # the request was cancelled: the client gave up on the call
+            self._abort_later(session, CLIENT_GONE)
+            raise
+        if event.type == "completed":
+            return result_of(event.result)
+        if event.type == "failed":
+            return final_result("failed", None, event.error)
+        reason = event.reason if event.type == "aborted" else "ended"
+        return final_result("aborted", None, reason, session.aborted_by or "")
+
+    def _abort_later(self, session: PluginSession, reason: str) -> None:
+        """Abort from a cancelled request: in a task of its own, which nothing cancels."""
+        if session.finished:
+            return
+        task = asyncio.get_running_loop().create_task(session.abort(reason))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def _round(
         self,
         ctx: ServerRequestContext[Any, Any],
         tool: McpTool[Any, Any],
         arguments: dict[str, Any],
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        state = self._load_state(ctx, tool, params.request_state)
-        responses = dict(params.input_responses or {})
-        journal = Journal(tool.name, state["journal"])
-        host = ReplayHost(ctx, self.flat[tool.name], self.sampler, responses, state["attempts"])
+        caller = _caller(ctx)
+        meta = {"transport": "mcp-mrtr", "client": self._client(ctx)}
+        channel = Channel(ctx)
+        if params.request_state is None:
+            call_id = f"mcp_{uuid.uuid4().hex}"
+            return await self.rounds.start(tool, arguments, call_id, caller, channel, meta)
         try:
-            value = await run_call(
-                tool, arguments, call_id=state["call_id"], host=host, journal=journal
-            )
-        except InputRequired as stop:
-            request = stop.request
-            new_state = {
-                "call_id": state["call_id"],
-                "journal": journal.to_list(),
-                "attempts": stop.attempts,
-                "caller": _caller(ctx),
-            }
-            return types.InputRequiredResult(
-                input_requests={
-                    str(request.id): types.ElicitRequest(
-                        params=wire_request(request, self.flat[tool.name][request.key], stop.note)
-                    )
-                },
-                request_state=json.dumps(new_state, separators=(",", ":")),
-            )
-        return _result(value)
-
-    def _load_state(
-        self, ctx: ServerRequestContext[Any, Any], tool: McpTool[Any, Any], raw: str | None
-    ) -> dict[str, Any]:
-        if raw is None:
-            return {"call_id": f"mcp_{uuid.uuid4().hex}", "journal": [], "attempts": 0}
-        try:
-            state = json.loads(raw)
+            state = RoundState.parse(params.request_state)
         except ValueError:
             raise MCPError(types.INVALID_PARAMS, "Invalid requestState.") from None
-        if not isinstance(state, dict) or state.get("caller", "") != _caller(ctx):
+        if state.caller != caller:
             raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another caller.")
-        return dict(state)
+        if not state.call_id.startswith("mcp_") or not state.elicit_id.startswith(f"{tool.name}:"):
+            raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another tool.")
+        responses = dict(params.input_responses or {})
+        return await self.rounds.retry(tool, arguments, state, responses, channel, meta)
 
-    def _respond(
+    async def _respond(
         self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
     ) -> types.CallToolResult:
         request_id = arguments.get("request_id")
         if not isinstance(request_id, str):
             raise MCPError(types.INVALID_PARAMS, "_respond needs a string request_id.")
         try:
-            result = self.pending.respond(request_id, arguments.get("payload"), _caller(ctx))
+            note = await self.pending.respond(
+                request_id, arguments.get("payload"), _mcp_session(ctx), _caller(ctx)
+            )
         except KeyError:
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"No open request {request_id!r}: unknown, answered or timed out.",
             ) from None
-        except ElicitValidationError as exc:
-            return _error(str(exc))
-        return _result({"ok": True, "request_id": request_id, "action": result.action})
+        if note:
+            return error_of(note)
+        return result_of({"ok": True, "request_id": request_id})

@@ -55,12 +55,25 @@ class Command(BaseCommand):
         if not live:
             self.stdout.write("No live sessions.")
             return
-        row = "{:<34} {:<14} {:<16} {:<12} {:<10} {}"
-        self.stdout.write(row.format("SESSION", "TOOL", "STATUS", "PENDING", "WAITING", "WORKER"))
+        row = "{:<34} {:<14} {:<16} {:<12} {:<10} {:<12} {:<34} {}"
+        self.stdout.write(
+            row.format(
+                "SESSION", "TOOL", "STATUS", "PENDING", "WAITING", "TRANSPORT", "CLIENT", "WORKER"
+            )
+        )
         for s in live:
             waiting = timesince(s.pending_since) if s.pending_since else "-"
             self.stdout.write(
-                row.format(s.id, s.tool_name, s.status, s.pending_key or "-", waiting, s.worker)
+                row.format(
+                    s.id,
+                    s.tool_name,
+                    s.status,
+                    s.pending_key or "-",
+                    waiting,
+                    s.transport,
+                    s.client or "-",
+                    s.worker,
+                )
             )
 
     def do_show(self, session_id: str, **options: Any) -> None:
