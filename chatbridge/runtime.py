@@ -48,6 +48,10 @@ class RuntimeNotRunning(RuntimeError):
         )
 
 
+# Transports whose call is carried by one open request (see ``_end_calls_held_by_requests``).
+HELD_BY_REQUEST = ("mcp-push", "mcp-respond")
+RESTARTING = "the server is restarting; call the tool again"
+
 _current: ChatBridgeRuntime | None = None
 _starting: asyncio.Future[None] | None = None  # daphne: requests wait for the start-up
 
@@ -136,6 +140,7 @@ class ChatBridgeRuntime:
                 from chatbridge.chat.workers import stop_listener
 
                 await self.hub.close()  # turns stop; nothing is recorded as ended
+                await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)
                 await self.mcp.aclose()
                 if self.listen:
@@ -148,6 +153,15 @@ class ChatBridgeRuntime:
             if _current is self:
                 _current = None
             logger.info("ChatBridge runtime stopped")
+
+    async def _end_calls_held_by_requests(self) -> None:
+        """MCP calls that live inside one HTTP request (legacy push, ``_respond``) cannot be
+        carried across a restart: their client's request ends here. They end on record, and
+        the client is told to call the tool again, instead of being parked for nobody."""
+        for info in self.manager.list_active():
+            session = self.manager.get(info.id)
+            if session is not None and session.meta.get("transport") in HELD_BY_REQUEST:
+                await session.abort(RESTARTING, by="server")
 
     async def __aenter__(self) -> ChatBridgeRuntime:
         await self.start()

@@ -3,6 +3,7 @@ restart (DESIGN §9: one runtime per process, started and closed by the server).
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 import subprocess
@@ -13,13 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import mcp_types as types
 import pytest
+from mcp import Client
 
-from plugins.book_flight.data import seat_map_for
+from chatbridge.mcp.server import CLIENT_GONE
+from chatbridge.runtime import RESTARTING
+from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_http import RemoteChat
 from tests.servers import free_port, migrated_env, start_daphne, start_uvicorn, stop
+from tests.test_mcp import ROUTE, Person, free_seat
+from tests.test_mcp_sessions import MODERN, at_seat_question, retry, seat_answer
 
 EXIT_LIMIT = 5.0
+ROUTE_FLIGHT = search_flights(ROUTE["origin"], ROUTE["destination"])[0].id
 Start = Callable[..., subprocess.Popen[bytes]]
 SERVERS: dict[str, Start] = {"daphne": start_daphne, "uvicorn": start_uvicorn}
 
@@ -65,6 +73,80 @@ async def finish(chat: RemoteChat, form: dict[str, Any]) -> dict[str, Any]:
     else:
         await chat.answer(form, color="#12ab34", name="Moss")
     return await chat.next("tool_call", status="completed")
+
+
+def call_status(database: Path, call_id: str) -> tuple[str, str]:
+    with sqlite3.connect(database) as db:
+        row = db.execute(
+            "SELECT status, error FROM chatbridge_chat_toolsession WHERE id = ?", (call_id,)
+        ).fetchone()
+    return (str(row[0]), str(row[1]))
+
+
+def only_call(database: Path) -> str:
+    with sqlite3.connect(database) as db:
+        [(call_id,)] = db.execute("SELECT id FROM chatbridge_chat_toolsession").fetchall()
+    return str(call_id)
+
+
+async def sigterm_with_an_mcp_call(kind: str, state: str, tmp_path: Path) -> None:
+    """An MCP call waits for its client; SIGTERM; the server exits in time and the call is
+    either told to call again (held by one request) or finished after the restart."""
+    database = tmp_path / "db.sqlite3"
+    env = migrated_env(database)
+    port = free_port()
+    first = SERVERS[kind](port, env, log=tmp_path / "first.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        if state == "mcp round trip":
+            async with Client(f"{base}/mcp", mode=MODERN, elicitation_callback=Person()) as client:
+                key, request_state = await at_seat_question(client)
+            took = terminate(first)
+        else:
+            asked = asyncio.Event()
+
+            async def waiting(context: Any, params: Any) -> types.ElicitResult:
+                asked.set()
+                await asyncio.Event().wait()
+                raise AssertionError("unreachable")
+
+            async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+                if isinstance(params.data, dict) and params.data.get("type") == "request":
+                    asked.set()
+
+            push = state == "mcp push question"
+            async with Client(
+                f"{base}/mcp",
+                mode="legacy",
+                elicitation_callback=waiting if push else None,
+                logging_callback=None if push else on_log,
+            ) as client:
+                call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+                await asyncio.wait_for(asked.wait(), 20)
+                took = terminate(first)
+                # The request ends with the server: with the "call again" result when it could
+                # still be sent, else as a failed request.
+                outcome: Any = await asyncio.gather(call, return_exceptions=True)
+            if not isinstance(outcome[0], BaseException):
+                assert outcome[0].is_error and RESTARTING in outcome[0].content[0].text
+    finally:
+        if first.poll() is None:
+            stop(first)
+    assert took <= EXIT_LIMIT, f"{kind} took {took:.1f}s to exit after SIGTERM"
+    call_id = only_call(database)
+    if state != "mcp round trip":  # ended on record, not left waiting for nobody
+        status, error = call_status(database, call_id)
+        assert (status, error) in {("aborted", RESTARTING), ("aborted", CLIENT_GONE)}
+        return
+    assert call_status(database, call_id)[0] == "awaiting_elicit"  # parked
+    async with (
+        serving(kind, env, tmp_path / "second.log") as again,
+        Client(f"{again}/mcp", mode=MODERN, elicitation_callback=Person()) as client,
+    ):
+        done = await retry(client, request_state, seat_answer(key, free_seat(ROUTE_FLIGHT)))
+    assert isinstance(done, types.CallToolResult) and not done.is_error, done
+    assert done.structured_content["booked"] is True
+    assert call_status(database, call_id)[0] == "completed"
 
 
 async def sigterm_and_restart(kind: str, state: str, tmp_path: Path) -> None:
@@ -124,3 +206,10 @@ async def test_daphne_exits_promptly_on_sigterm_with_a_question_open_and_the_cal
 )
 async def test_sigterm_in_every_state(kind: str, state: str, tmp_path: Path) -> None:
     await sigterm_and_restart(kind, state, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state", ["mcp push question", "mcp respond request", "mcp round trip"])
+@pytest.mark.parametrize("kind", ["daphne", "uvicorn"])
+async def test_sigterm_with_an_mcp_call_open(kind: str, state: str, tmp_path: Path) -> None:
+    await sigterm_with_an_mcp_call(kind, state, tmp_path)

@@ -9,6 +9,7 @@ to open it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -93,6 +94,9 @@ class McpEndpoint:
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        self._posts = 0  # requests (tool calls and the like) being answered
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def start(self) -> None:
         """Run the SDK's session manager in a task of its own until ``aclose()``.
@@ -118,11 +122,15 @@ class McpEndpoint:
         if self._runner.done():
             self._runner.result()  # raises why it could not start
 
-    async def aclose(self) -> None:
-        """Close every MCP session (their open requests end) and stop the session manager."""
+    async def aclose(self, grace: float = 3.0) -> None:
+        """Let requests being answered send their responses (up to ``grace`` seconds), then
+        close every MCP session and stop the session manager."""
         runner, self._runner = self._runner, None
         if runner is None or self._stop is None:
             return
+        if self._posts:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
         self._stop.set()
         await asyncio.wait({runner})
 
@@ -177,4 +185,14 @@ class McpEndpoint:
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)  # event streams last until closed
+            return
+        self._posts += 1
+        self._idle.clear()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._posts -= 1
+            if not self._posts:
+                self._idle.set()
