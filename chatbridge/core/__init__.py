@@ -47,7 +47,7 @@ from chatbridge.core.plugins import (
 from chatbridge.core.rules import AnswerRefused, answer_rule
 from chatbridge.core.sampling import SampleResult
 from chatbridge.core.sessions import PluginSession, SessionInfo, SessionManager
-from chatbridge.core.tools import McpTool, create_mcp_tool
+from chatbridge.core.tools import McpTool, ToolHints, create_mcp_tool
 
 __all__ = [
     "Accept",
@@ -69,6 +69,7 @@ __all__ = [
     "InvalidToolParams",
     "JournalEntry",
     "McpTool",
+    "ToolHints",
     "NotSerializable",
     "Plugin",
     "PluginContext",

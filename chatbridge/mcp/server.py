@@ -106,6 +106,11 @@ def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     return _header(ctx, "mcp-session-id")
 
 
+def _hint_fields(hints: dict[str, bool]) -> dict[str, bool]:
+    """``ToolHints`` names → MCP ``ToolAnnotations`` field names."""
+    return {f"{name}_hint": value for name, value in hints.items()}
+
+
 class McpBridge:
     """Builds and holds the lowlevel MCP ``Server`` for a plugin registry."""
 
@@ -161,6 +166,9 @@ class McpBridge:
                 name=t.name,
                 description=t.description,
                 input_schema=t.parameters_schema,
+                annotations=types.ToolAnnotations(**_hint_fields(t.hints.declared()))
+                if t.hints.declared()
+                else None,
                 _meta={"ui": {"resourceUri": self.ui_of_tool[t.name]}}
                 if t.name in self.ui_of_tool
                 else None,
