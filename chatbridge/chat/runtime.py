@@ -6,6 +6,7 @@ leaves running tools and turns alone, and a reconnecting browser finds them agai
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 
 from channels.layers import get_channel_layer
@@ -20,6 +21,8 @@ from chatbridge.core.protocol import ChatEvent
 from chatbridge.core.sampling import LiteLLMSampler
 
 __all__ = ["conversation_group", "get_hub", "get_session_manager", "publish"]
+
+logger = logging.getLogger("chatbridge.chat")
 
 
 def conversation_group(conversation_id: str) -> str:
@@ -40,13 +43,27 @@ def get_session_manager() -> SessionManager:
 
 
 async def publish(conversation_id: str, event: ChatEvent) -> None:
-    """Send ``event`` to every socket of the conversation, through the channel layer."""
+    """Send ``event`` to every socket of the conversation, through the channel layer.
+
+    Best effort: a channel-layer error is logged, never raised into a turn or a tool (the
+    conversation's record is the database; a socket that missed events reconnects and gets
+    the state and open forms again).
+    """
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is not configured"
-    await layer.group_send(
-        conversation_group(conversation_id),
-        {"type": "chat.event", "event": event.model_dump(mode="json")},
-    )
+    try:
+        await layer.group_send(
+            conversation_group(conversation_id),
+            {"type": "chat.event", "event": event.model_dump(mode="json")},
+        )
+    except Exception as exc:  # Redis down or restarting
+        logger.warning(
+            "event %s of conversation %s not published: %s: %s",
+            event.type,
+            conversation_id,
+            type(exc).__name__,
+            exc,
+        )
 
 
 @cache
@@ -54,10 +71,12 @@ def get_hub() -> ChatHub:
     """The process's chat engine hub."""
     from chatbridge.chat.workers import ChannelPeers  # workers imports this module
 
+    store = DjangoStore()
     return ChatHub(
         registry=get_registry(),
         manager=get_session_manager(),
-        store=DjangoStore(),
+        store=store,
+        leases=store,
         sink=publish,
         render_form=render_form,
         model=settings.CHATBRIDGE_MODEL,
