@@ -1,0 +1,206 @@
+"""Workers under faults, on a Redis of the test's own: publishing is best effort, the listener
+comes back after Redis restarts, a call stays with its live owner, one turn per conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from channels.layers import channel_layers, get_channel_layer
+from django.test import override_settings
+
+from chatbridge import PluginRegistry, SessionManager
+from chatbridge.chat.runtime import conversation_group, publish
+from chatbridge.core.engine import ChatHub
+from chatbridge.core.protocol import ElicitResponseCommand
+from chatbridge.core.sampling import LiteLLMSampler
+from plugins.book_flight.data import seat_map_for
+from plugins.book_flight.plugin import book_flight_plugin
+from tests.chat_http import RemoteChat
+from tests.servers import free_port, start_daphne, stop, wait_for_port
+from tests.test_hub_memory import MemoryStore
+
+BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
+
+
+class OwnRedis:
+    """A redis-server of the test's own (no persistence: a restart forgets everything)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            + ["--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.proc)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    redis = OwnRedis()
+    redis.start()
+    try:
+        yield redis
+    finally:
+        if redis.proc is not None and redis.proc.poll() is None:
+            redis.kill()
+
+
+@pytest.fixture
+async def redis_layer(own_redis: OwnRedis) -> AsyncIterator[OwnRedis]:
+    """This process's channel layer on ``own_redis``."""
+    layers = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [own_redis.url]},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=layers):
+        channel_layers.backends.clear()
+        yield own_redis
+        channel_layers.backends.clear()
+
+
+def answer(form: dict[str, Any], **content: Any) -> ElicitResponseCommand:
+    return ElicitResponseCommand(
+        type="elicit_response",
+        session_id=form["session_id"],
+        call_id=form["call_id"],
+        elicit_id=form["elicit_id"],
+        content=content,
+    )
+
+
+async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: OwnRedis) -> None:
+    layer = get_channel_layer()
+    assert layer is not None
+    watcher = await layer.new_channel()
+    await layer.group_add(conversation_group("conv"), watcher)
+
+    async def next_form(key: str) -> dict[str, Any]:
+        while True:
+            event = (await asyncio.wait_for(layer.receive(watcher), 20))["event"]
+            if event["type"] == "elicit" and event["key"] == key:
+                return dict(event)
+
+    store = MemoryStore()
+    manager = SessionManager(sampler=LiteLLMSampler("offline/faults"))
+    hub = ChatHub(
+        registry=PluginRegistry([book_flight_plugin]),
+        manager=manager,
+        store=store,
+        sink=publish,
+        render_form=lambda *a, **k: "",
+        model="offline/faults",
+    )
+    try:
+        await hub.user_message("conv", "Book a flight from JFK to LAX")
+        flights = await next_form("pick_flight")
+        flight_id = flights["context"]["flights"][0]["id"]
+        await hub.elicit_response("conv", answer(flights, flight_id=flight_id))
+        seats = await next_form("pick_seat")
+        label = seat_map_for(flight_id).first_free()
+
+        redis_layer.kill()  # every event from now on fails to publish
+        await hub.elicit_response("conv", answer(seats, seat_label=label))
+        await asyncio.wait_for(hub.wait_idle("conv"), 30)
+    finally:
+        await hub.close()
+        await manager.shutdown()
+
+    [tool] = [m for m in store.messages_by_conv["conv"] if m["role"] == "tool"]
+    result = json.loads(tool["content"])  # a result, not "Error: The tool call failed ..."
+    assert (result["booked"], result["seat"]) == (True, label)
+    assert store.messages_by_conv["conv"][-1]["role"] == "assistant"
+
+
+# -- two daphne workers on PostgreSQL and the test's own Redis --------------------------------
+
+
+@pytest.fixture
+def cluster(own_redis: OwnRedis) -> Iterator[dict[str, str]]:
+    from tests.test_scale_out import cluster_database
+
+    with cluster_database(own_redis.url) as env:
+        yield env
+
+
+async def wait_connect(chat: RemoteChat, base: str, timeout: float = 20) -> None:
+    """Connect, retrying while the server refuses (its channel layer is reconnecting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await chat.connect(base)
+            await chat.next("conversation_state", timeout=5)
+            return
+        except (aiohttp.ClientError, AssertionError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            chat.socket = None
+            await asyncio.sleep(0.2)  # back off before the next attempt, like a browser
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.timeout(180)
+async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
+    cluster: dict[str, str],
+) -> None:
+    ports = free_port(), free_port()
+    workers = [start_daphne(port, cluster) for port in ports]
+    base_a, base_b = (f"http://127.0.0.1:{port}" for port in ports)
+    try:
+        async with aiohttp.ClientSession() as http:
+            on_a = await RemoteChat.open(http, base_a)
+            on_b = RemoteChat(http, on_a.cookie, on_a.conversation_id)
+            await on_a.connect(base_a)
+            await on_b.connect(base_b)
+            await asyncio.gather(on_a.send(BOOK), on_b.send(BOOK))  # both at once
+
+            form_a = await on_a.next("elicit", key="pick_flight")
+            form_b = await on_b.next("elicit", key="pick_flight")
+            assert form_a["call_id"] == form_b["call_id"]  # one turn, seen on both workers
+            refused = {
+                name: [e["code"] for e in chat.events if e["type"] == "error"]
+                for name, chat in (("a", on_a), ("b", on_b))
+            }
+            assert sorted(refused.values()) == [[], ["BUSY"]], refused
+            assert [e["type"] for e in on_a.events].count("user_message") == 1
+            # The worker that refused the message does not hold the turn.
+            owner, other = (on_a, on_b) if refused["b"] else (on_b, on_a)
+
+            # A message on the owner and an abort on the other worker, at once: the abort is
+            # carried to the owner, which stops the tool; the message is refused (turn runs).
+            abort = {"type": "abort", "session_id": form_a["session_id"], "reason": "changed mind"}
+            await asyncio.gather(owner.send(BOOK), other.send(abort))
+            aborted = await other.next("tool_call", status="aborted")
+            assert (aborted["call_id"], aborted["error"]) == (form_a["call_id"], "changed mind")
+            await owner.next("error", code="BUSY")
+            await other.next("assistant_message")
+            assert [e["code"] for e in other.events if e["type"] == "error"] == ["BUSY"]
+            assert [e["type"] for e in other.events].count("user_message") == 1
+            for chat in (on_a, on_b):
+                await chat.close()
+    finally:
+        for proc in workers:
+            stop(proc)
