@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.chat.runtime import conversation_group, publish
+from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.engine import ChatHub
 from chatbridge.core.protocol import ElicitResponseCommand
 from chatbridge.core.sampling import LiteLLMSampler
@@ -24,7 +25,7 @@ from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.chat_http import RemoteChat
 from tests.servers import free_port, start_daphne, stop, wait_for_port
-from tests.test_hub_memory import MemoryStore
+from tests.test_hub_memory import Inboxes, MemoryStore
 
 BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
 
@@ -132,6 +133,78 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
     result = json.loads(tool["content"])  # a result, not "Error: The tool call failed ..."
     assert (result["booked"], result["seat"]) == (True, label)
     assert store.messages_by_conv["conv"][-1]["role"] == "assistant"
+
+
+class TakeoverStore(MemoryStore):
+    """Messages of a crashed worker's conversation, its call's journal, and a claim that
+    waits for the test (the database is slow while a takeover is in progress)."""
+
+    def __init__(self, messages: dict[str, list[dict[str, Any]]], call: ResumableCall) -> None:
+        super().__init__()
+        self.messages_by_conv.update(messages)
+        self.call, self.gate, self.claims = call, asyncio.Event(), 0
+
+    async def resumable(self, conversation_id: str) -> list[Any]:
+        return [] if self.claims else [self.call]
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        await self.gate.wait()
+        self.claims += 1
+        return self.claims == 1
+
+
+def book_flight_hub(store: Any, inboxes: Inboxes) -> ChatHub:
+    return ChatHub(
+        registry=PluginRegistry([book_flight_plugin]),
+        manager=SessionManager(sampler=LiteLLMSampler("offline/faults")),
+        store=store,
+        sink=inboxes.sink,
+        render_form=lambda *a, **k: "",
+        model="offline/faults",
+    )
+
+
+async def test_an_answer_arriving_while_its_call_is_being_resumed_is_delivered() -> None:
+    crashed_inboxes, inboxes = Inboxes(), Inboxes()
+    crashed = book_flight_hub(MemoryStore(), crashed_inboxes)
+    await crashed.user_message("conv", "Book a flight from JFK to LAX")
+    flights = (await crashed_inboxes.next("conv", "elicit", key="pick_flight")).model_dump()
+    flight_id = flights["context"]["flights"][0]["id"]
+    await crashed.elicit_response("conv", answer(flights, flight_id=flight_id))
+    seats = (await crashed_inboxes.next("conv", "elicit", key="pick_seat")).model_dump()
+    session = crashed.manager.get(seats["call_id"])
+    assert session is not None
+    call = ResumableCall(
+        seats["call_id"],
+        "book_flight",
+        {"origin": "JFK", "destination": "LAX"},
+        session.journal,
+        "gone-host:1",
+    )
+    assert isinstance(crashed.store, MemoryStore)
+    store = TakeoverStore(dict(crashed.store.messages_by_conv), call)
+    await crashed.close()  # the crash: nothing more from this process
+    await crashed.manager.shutdown()
+
+    hub = book_flight_hub(store, inboxes)
+    try:
+        reconnect = asyncio.create_task(hub.recover("conv"))  # a socket connects: takeover
+        label = seat_map_for(flight_id).first_free()
+        resent = asyncio.create_task(hub.elicit_response("conv", answer(seats, seat_label=label)))
+        for _ in range(10):  # let both reach the database before it answers
+            await asyncio.sleep(0)
+        store.gate.set()
+        assert await reconnect is True
+        await asyncio.wait_for(resent, 20)  # delivered: not refused as BUSY
+        done = await inboxes.next("conv", "tool_call", status="completed")
+        assert done.result is not None and done.result["seat"] == label
+        await asyncio.wait_for(hub.wait_idle("conv"), 20)
+    finally:
+        await hub.close()
+        await hub.manager.shutdown()
+    assert store.claims == 1
+    tools = [m for m in store.messages_by_conv["conv"] if m["role"] == "tool"]
+    assert [json.loads(m["content"])["booked"] for m in tools] == [True]
 
 
 # -- two daphne workers on PostgreSQL and the test's own Redis --------------------------------
