@@ -277,3 +277,79 @@ async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
     finally:
         for proc in workers:
             stop(proc)
+
+
+def cluster_rows(env: dict[str, str], call_id: str) -> dict[str, Any]:
+    """What the database says about a call: its row, journal and tool messages."""
+    import psycopg
+
+    url = env["DATABASE_URL"].replace("postgres://", "postgresql://")
+    with psycopg.connect(url) as db:
+        status, worker, resumes, result = db.execute(
+            "SELECT status, worker, resumes, result FROM chatbridge_chat_toolsession WHERE id = %s",
+            (call_id,),
+        ).fetchone()
+        steps = db.execute(
+            "SELECT result FROM chatbridge_chat_journalrecord WHERE session_id = %s "
+            "AND kind = 'step'",
+            (call_id,),
+        ).fetchall()
+        messages = db.execute(
+            "SELECT content FROM chatbridge_chat_message WHERE tool_call_id = %s", (call_id,)
+        ).fetchall()
+    return {
+        "status": status,
+        "worker": worker,
+        "resumes": resumes,
+        "result": result,
+        "steps": [r for (r,) in steps],
+        "tool_messages": [json.loads(c) if c.startswith("{") else c for (c,) in messages],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.timeout(180)
+async def test_redis_restarted_under_two_workers_loses_no_answer_and_books_once(
+    own_redis: OwnRedis, cluster: dict[str, str]
+) -> None:
+    ports = free_port(), free_port()
+    workers = [start_daphne(port, cluster) for port in ports]
+    base_a, base_b = (f"http://127.0.0.1:{port}" for port in ports)
+    try:
+        async with aiohttp.ClientSession() as http:
+            chat = await RemoteChat.open(http, base_a)
+            await chat.connect(base_a)
+            await chat.send(BOOK)
+            flights = await chat.next("elicit", key="pick_flight")
+            flight_id = flights["context"]["flights"][0]["id"]
+            await chat.answer(flights, flight_id=flight_id)
+            seats = await chat.next("elicit", key="pick_seat")  # worker A holds the call
+
+            own_redis.kill()  # every group and channel is gone with it
+            own_redis.start()
+            await chat.close()
+
+            # The browser comes back on worker B and sends its answer: B must hand it to A,
+            # which is alive (its heartbeat is in the database) and still runs the tool.
+            on_b = RemoteChat(http, chat.cookie, chat.conversation_id)
+            await wait_connect(on_b, base_b)
+            label = seat_map_for(flight_id).first_free()
+            await on_b.answer(seats, seat_label=label)
+            done = await on_b.next("tool_call", status="completed", timeout=40)
+            assert (done["result"]["booked"], done["result"]["seat"]) == (True, label)
+            reply = await on_b.next("assistant_message", timeout=20)
+            assert done["result"]["ticket"] in reply["content"]
+            assert [e for e in on_b.events if e["type"] == "error"] == []
+            await on_b.close()
+    finally:
+        for proc in workers:
+            stop(proc)
+
+    rows = cluster_rows(cluster, seats["call_id"])
+    assert (rows["status"], rows["resumes"]) == ("completed", 0)  # never taken over
+    assert rows["worker"].endswith(f":{workers[0].pid}")
+    [ticket] = rows["steps"]  # issued once
+    assert done["result"]["ticket"] in json.dumps(ticket)
+    assert rows["result"]["ticket"] == done["result"]["ticket"]
+    assert rows["tool_messages"] == [done["result"]]  # one consistent result

@@ -51,19 +51,20 @@ async def publish(conversation_id: str, event: ChatEvent) -> None:
     """
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is not configured"
-    try:
-        await layer.group_send(
-            conversation_group(conversation_id),
-            {"type": "chat.event", "event": event.model_dump(mode="json")},
-        )
-    except Exception as exc:  # Redis down or restarting
-        logger.warning(
-            "event %s of conversation %s not published: %s: %s",
-            event.type,
-            conversation_id,
-            type(exc).__name__,
-            exc,
-        )
+    message = {"type": "chat.event", "event": event.model_dump(mode="json")}
+    for attempt in (1, 2):  # a pooled connection Redis dropped fails once, then reconnects
+        try:
+            await layer.group_send(conversation_group(conversation_id), message)
+            return
+        except Exception as exc:  # Redis down or restarting
+            logger.warning(
+                "event %s of conversation %s not published (attempt %d): %s: %s",
+                event.type,
+                conversation_id,
+                attempt,
+                type(exc).__name__,
+                exc,
+            )
 
 
 @cache

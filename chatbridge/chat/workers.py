@@ -92,12 +92,18 @@ async def _heartbeat() -> None:
 
 async def _supervise() -> None:
     """Run the listener; after a channel-layer error, back off and start it again."""
+    loop = asyncio.get_running_loop()
     backoff = 0.1
     while True:
+        started = loop.time()
         try:
             await _listen()
         except Exception as exc:  # Redis down or restarted: its groups are gone with it
+            while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                exc = exc.exceptions[0]
             logger.warning("worker listener stopped (%s: %s); rejoining", type(exc).__name__, exc)
+        if loop.time() - started > 10 * BACKOFF_MAX:
+            backoff = 0.1  # it ran well for a while: this is a new outage
         await asyncio.sleep(backoff)  # not a busy loop while Redis stays down
         backoff = min(backoff * 2, BACKOFF_MAX)
 
