@@ -207,6 +207,84 @@ async def test_an_answer_arriving_while_its_call_is_being_resumed_is_delivered()
     assert [json.loads(m["content"])["booked"] for m in tools] == [True]
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> None:
+    from asgiref.sync import sync_to_async
+    from django.utils import timezone
+
+    from chatbridge.chat import store as stores
+    from chatbridge.chat.models import Conversation, WorkerHeartbeat
+
+    conversation = await Conversation.objects.acreate(owner="session:x")
+    cid = str(conversation.id)
+    leases = stores.DjangoStore()
+    taken = await asyncio.gather(*(leases.take_turn(cid) for _ in range(5)))
+    assert taken == [True] * 5  # all this worker's: the hub excludes a second turn itself
+    assert await leases.turn_holder(cid) == stores.WORKER_ID
+
+    # Another worker (on another host) holds it: refused until it expires or is replaced.
+    other = "elsewhere:42"
+    soon = timezone.now() + timezone.timedelta(seconds=30)
+    await Conversation.objects.filter(pk=cid).aupdate(turn_worker=other, turn_expires=soon)
+    assert await leases.take_turn(cid) is False
+    assert await leases.renew_turn(cid) is False
+    await leases.release_turn(cid)  # not ours: nothing happens
+    assert await leases.turn_holder(cid) == other
+    assert await leases.take_turn(cid, replacing=other) is True  # its owner is known dead
+    await Conversation.objects.filter(pk=cid).aupdate(
+        turn_worker=other, turn_expires=timezone.now() - timezone.timedelta(seconds=1)
+    )
+    assert await leases.turn_holder(cid) == ""
+    assert await leases.take_turn(cid) is True  # expired
+    await leases.release_turn(cid)
+    assert await leases.turn_holder(cid) == ""
+
+    # Liveness is a recent heartbeat; a process of this host that is gone is dead at once.
+    alive = sync_to_async(stores.worker_alive)
+    await WorkerHeartbeat.objects.acreate(worker=other, beat_at=timezone.now())
+    assert await alive(other) is True
+    stale = timezone.now() - timezone.timedelta(seconds=stores.HEARTBEAT_TTL + 1)
+    await WorkerHeartbeat.objects.filter(pk=other).aupdate(beat_at=stale)
+    assert await alive(other) is False
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    here = f"{stores.WORKER_ID.rpartition(':')[0]}:{gone.pid}"
+    await WorkerHeartbeat.objects.acreate(worker=here, beat_at=timezone.now())
+    assert await alive(here) is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
+    redis_layer: OwnRedis,
+) -> None:
+    from chatbridge.chat.models import WorkerHeartbeat
+    from chatbridge.chat.recorder import WORKER_ID
+    from chatbridge.chat.workers import ensure_listener, query_workers, stop_listener
+
+    async def answering(timeout: float = 20) -> list[str]:
+        """The workers answering a list request, asked until this one answers."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                workers = [str(r["worker"]) for r in await query_workers(timeout=0.5)]
+            except Exception:  # Redis is still coming back
+                workers = []
+            if WORKER_ID in workers or time.monotonic() > deadline:
+                return workers
+
+    ensure_listener()
+    try:
+        assert await answering() == [WORKER_ID]
+        redis_layer.kill()
+        redis_layer.start()  # empty: the listener's groups are gone
+        assert await answering() == [WORKER_ID]
+        assert await WorkerHeartbeat.objects.filter(pk=WORKER_ID).aexists()
+    finally:
+        await stop_listener()
+    assert not await WorkerHeartbeat.objects.filter(pk=WORKER_ID).aexists()
+    assert await query_workers(timeout=0.5) == []
+
+
 # -- two daphne workers on PostgreSQL and the test's own Redis --------------------------------
 
 
@@ -272,6 +350,17 @@ async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
             await other.next("assistant_message")
             assert [e["code"] for e in other.events if e["type"] == "error"] == ["BUSY"]
             assert [e["type"] for e in other.events].count("user_message") == 1
+
+            # An approval asked by the owner's turn, approved on the other worker.
+            await owner.next("conversation_state", phase="done", running=False)
+            await owner.send({"type": "user_message", "text": "Send feedback"})
+            request = await other.next("approval_request")
+            await other.send({"type": "approve", "call_id": request["call_id"]})
+            form = await other.next("elicit", key="feedback")
+            assert form["call_id"] == request["call_id"]
+            stop_it = {"type": "abort", "session_id": form["session_id"], "reason": "enough"}
+            await other.send(stop_it)
+            await owner.next("tool_call", status="aborted")
             for chat in (on_a, on_b):
                 await chat.close()
     finally:
