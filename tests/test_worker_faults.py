@@ -358,6 +358,12 @@ async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
             await other.send({"type": "approve", "call_id": request["call_id"]})
             form = await other.next("elicit", key="feedback")
             assert form["call_id"] == request["call_id"]
+            # A page reloaded on the worker that does not hold the turn sees the open question.
+            reloaded = RemoteChat(http, on_a.cookie, on_a.conversation_id)
+            await reloaded.connect(base_b if other is on_b else base_a)
+            again = await reloaded.next("elicit", key="feedback")
+            assert again["elicit_id"] == form["elicit_id"]
+            await reloaded.close()
             stop_it = {"type": "abort", "session_id": form["session_id"], "reason": "enough"}
             await other.send(stop_it)
             await owner.next("tool_call", status="aborted")

@@ -161,6 +161,10 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
         _deliveries.add(task := asyncio.create_task(deliver()))
         task.add_done_callback(_deliveries.discard)
+    elif message.get("type") == "workers.show":
+        from chatbridge.chat.runtime import get_hub
+
+        await get_hub().show(str(message["conversation_id"]))
     elif message.get("type") == "workers.command":
         await layer.send(message["reply_to"], await _carry_out(message))
     elif message.get("type") == "workers.list":
@@ -279,6 +283,18 @@ class ChannelPeers:
             logger.warning("routing an answer to %s failed: %s", worker, exc)
             return None
         return replies[0] if replies else None
+
+    async def show(self, worker: str, conversation_id: str) -> None:
+        """Ask ``worker`` to publish the conversation's state and open forms again."""
+        if worker == WORKER_ID or not worker:
+            return
+        layer = get_channel_layer()
+        assert layer is not None
+        message = {"type": "workers.show", "conversation_id": conversation_id}
+        try:
+            await layer.group_send(worker_group(worker), message)
+        except Exception as exc:  # best effort: the socket still gets later events
+            logger.warning("asking %s to show %s failed: %s", worker, conversation_id, exc)
 
     async def forward(
         self, worker: str, conversation_id: str, command: Any

@@ -84,6 +84,10 @@ class Peers(Protocol):
         """Hand an answer to ``worker``; its acknowledgement, or None if unreachable."""
         ...
 
+    async def show(self, worker: str, conversation_id: str) -> None:
+        """Ask ``worker`` to send the conversation's state and open forms again (best effort)."""
+        ...
+
     async def forward(
         self, worker: str, conversation_id: str, command: Abort | Approve | Deny
     ) -> dict[str, Any] | None:
@@ -326,12 +330,29 @@ class ChatHub:
         )
 
     async def recover(self, conversation_id: str) -> bool:
-        """Resume the conversation's suspended calls that no live worker holds (by replay)."""
+        """A socket (re)connects: resume the conversation's suspended calls that no live worker
+        holds (by replay), or have the live worker running its turn show it again."""
         conv = self._conversation(conversation_id)
         try:
-            return await self._recover(conv)
+            if await self._recover(conv):
+                return True
+            if not conv.busy and self.peers is not None:
+                holder = await self.leases.turn_holder(conversation_id)
+                if holder and await self._alive(holder):
+                    await self.peers.show(holder, conversation_id)
+            return False
         finally:
             self._forget_if_idle(conv)
+
+    async def show(self, conversation_id: str) -> None:
+        """Send the conversation's state and open forms again, to every socket (a socket on
+        another worker asked for them)."""
+        conv = self._conversations.get(conversation_id)
+        if conv is None:
+            return
+        await self.sink(conv.id, self._state(conv))
+        for form in self.pending_forms(conversation_id):
+            await self.sink(conv.id, form)
 
     async def _recover(self, conv: ConversationRuntime) -> bool:
         if conv.busy:
