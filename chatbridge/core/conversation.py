@@ -9,7 +9,14 @@ from typing import Any, Protocol
 
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.forms import PendingElicit
-from chatbridge.core.protocol import ChatEvent, Phase
+from chatbridge.core.protocol import (
+    Abort,
+    Approve,
+    ChatEvent,
+    Deny,
+    ElicitResponseCommand,
+    Phase,
+)
 
 __all__ = [
     "LOST_SESSION_MESSAGE",
@@ -18,6 +25,7 @@ __all__ = [
     "ConversationStore",
     "EventSink",
     "LocalLeases",
+    "Peers",
     "PendingApproval",
     "ResumableCall",
     "TurnLeases",
@@ -93,6 +101,31 @@ class LocalLeases:
 
     async def turn_holder(self, conversation_id: str) -> str:
         return ""
+
+
+class Peers(Protocol):
+    """Other worker processes (scale-out): are they alive, and hand them commands."""
+
+    async def alive(self, worker: str) -> bool:
+        """Is ``worker`` (never this process) alive, by its heartbeat?"""
+        ...
+
+    async def route(
+        self, worker: str, conversation_id: str, command: ElicitResponseCommand
+    ) -> dict[str, Any] | None:
+        """Hand an answer to ``worker``; its acknowledgement, or None if unreachable."""
+        ...
+
+    async def show(self, worker: str, conversation_id: str) -> None:
+        """Ask ``worker`` to send the conversation's state and open forms again (best effort)."""
+        ...
+
+    async def forward(
+        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
+    ) -> dict[str, Any] | None:
+        """Carry out a command on ``worker``: ``{"ok": True}``, ``{"ok": False, "code": ...,
+        "message": ...}``, or None if it cannot be reached (or is this process)."""
+        ...
 
 
 @dataclass(frozen=True)

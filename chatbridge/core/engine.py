@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.core.conversation import (
@@ -22,6 +22,7 @@ from chatbridge.core.conversation import (
     ConversationStore,
     EventSink,
     LocalLeases,
+    Peers,
     ResumableCall,
     TurnLeases,
     dangling_calls,
@@ -69,31 +70,6 @@ def _own_id(call: ToolCallRequest) -> ToolCallRequest:
     """The call with an id of our own. A call id is a session id across every worker and the
     database, and providers may omit ids, reuse them or number them per reply."""
     return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
-
-
-class Peers(Protocol):
-    """Other worker processes (scale-out): are they alive, and hand them commands."""
-
-    async def alive(self, worker: str) -> bool:
-        """Is ``worker`` (never this process) alive, by its heartbeat?"""
-        ...
-
-    async def route(
-        self, worker: str, conversation_id: str, command: ElicitResponseCommand
-    ) -> dict[str, Any] | None:
-        """Hand an answer to ``worker``; its acknowledgement, or None if unreachable."""
-        ...
-
-    async def show(self, worker: str, conversation_id: str) -> None:
-        """Ask ``worker`` to send the conversation's state and open forms again (best effort)."""
-        ...
-
-    async def forward(
-        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
-    ) -> dict[str, Any] | None:
-        """Carry out a command on ``worker``: ``{"ok": True}``, ``{"ok": False, "code": ...,
-        "message": ...}``, or None if it cannot be reached (or is this process)."""
-        ...
 
 
 class ChatHub:
