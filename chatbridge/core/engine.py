@@ -230,7 +230,7 @@ class ChatHub:
             ],
         )
 
-    def __len__(self) -> int:
+    def held(self) -> int:
         """How many conversations this process holds state for (running or waiting)."""
         return len(self._conversations)
 
@@ -567,4 +567,8 @@ class ChatHub:
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
-        return await self.runner.run(self._conversation(conversation_id), call)
+        conv = self._conversation(conversation_id)
+        try:
+            return await self.runner.run(conv, call)
+        finally:
+            self._forget_if_idle(conv)
