@@ -18,7 +18,7 @@ from django.test import override_settings
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.chat.runtime import conversation_group, publish
 from chatbridge.core.conversation import ResumableCall
-from chatbridge.core.engine import ChatHub
+from chatbridge.core.engine import BUSY_ELSEWHERE, ChatHub
 from chatbridge.core.protocol import ElicitResponseCommand
 from chatbridge.core.sampling import LiteLLMSampler
 from plugins.book_flight.data import seat_map_for
@@ -207,6 +207,79 @@ async def test_an_answer_arriving_while_its_call_is_being_resumed_is_delivered()
     assert [json.loads(m["content"])["booked"] for m in tools] == [True]
 
 
+class HeldLease:
+    """A conversation lease held by another worker, in memory."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+
+    async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        if self.holder in ("", "me", replacing):
+            self.holder = "me"
+            return True
+        return False
+
+    async def renew_turn(self, conversation_id: str) -> bool:
+        return self.holder == "me"
+
+    async def release_turn(self, conversation_id: str) -> None:
+        if self.holder == "me":
+            self.holder = ""
+
+    async def turn_holder(self, conversation_id: str) -> str:
+        return self.holder
+
+
+class Heartbeats:
+    """Peers whose liveness is a set of names; nothing is routed."""
+
+    def __init__(self, *alive: str) -> None:
+        self.living = set(alive)
+
+    async def alive(self, worker: str) -> bool:
+        return worker in self.living
+
+    async def route(self, worker: str, conversation_id: str, command: Any) -> None:
+        return None
+
+    async def show(self, worker: str, conversation_id: str) -> None:
+        return None
+
+    async def forward(self, worker: str, conversation_id: str, command: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("holder_alive", [True, False])
+async def test_a_message_is_busy_while_a_live_worker_holds_the_turn(holder_alive: bool) -> None:
+    from chatbridge.core.engine import CommandRefused
+
+    inboxes, lease = Inboxes(), HeldLease("worker-2")
+    hub = ChatHub(
+        registry=PluginRegistry([book_flight_plugin]),
+        manager=SessionManager(sampler=LiteLLMSampler("offline/faults")),
+        store=MemoryStore(),
+        sink=inboxes.sink,
+        render_form=lambda *a, **k: "",
+        model="offline/faults",
+        peers=Heartbeats("worker-2") if holder_alive else Heartbeats(),
+        leases=lease,
+    )
+    try:
+        if holder_alive:
+            with pytest.raises(CommandRefused) as refused:
+                await hub.user_message("conv", "Book a flight from JFK to LAX")
+            assert (refused.value.code, str(refused.value)) == ("BUSY", BUSY_ELSEWHERE)
+            assert hub.held() == 0 and lease.holder == "worker-2"
+        else:  # its heartbeat expired: the lease is taken over before it expires
+            await hub.user_message("conv", "Book a flight from JFK to LAX")
+            await inboxes.next("conv", "elicit", key="pick_flight")
+            assert lease.holder == "me"
+    finally:
+        await hub.close()
+        await hub.manager.shutdown()
+    assert lease.holder in ("", "worker-2")  # released when the turn ended
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> None:
     from asgiref.sync import sync_to_async
@@ -339,6 +412,8 @@ async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
             assert [e["type"] for e in on_a.events].count("user_message") == 1
             # The worker that refused the message does not hold the turn.
             owner, other = (on_a, on_b) if refused["b"] else (on_b, on_a)
+            [busy] = [e for e in other.events if e["type"] == "error"]
+            assert busy["message"] == BUSY_ELSEWHERE
 
             # A message on the owner and an abort on the other worker, at once: the abort is
             # carried to the owner, which stops the tool; the message is refused (turn runs).

@@ -287,6 +287,10 @@ class ChatHub:
         conv.starting = asyncio.Event()  # at once: a second message now sees BUSY
         try:
             taken = await self.leases.take_turn(conv.id)
+            if not taken:  # held elsewhere: by a worker that is gone, its lease not expired?
+                holder = await self.leases.turn_holder(conv.id)
+                if holder and self.peers is not None and not await self._alive(holder):
+                    taken = await self.leases.take_turn(conv.id, replacing=holder)
         finally:
             conv.starting.set()
             conv.starting = None
