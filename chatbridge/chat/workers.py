@@ -165,8 +165,16 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
         from chatbridge.chat.runtime import get_hub
 
         await get_hub().show(str(message["conversation_id"]))
-    elif message.get("type") == "workers.command":
-        await layer.send(message["reply_to"], await _carry_out(message))
+    elif message.get("type") == "workers.command":  # an abort may take seconds: not inline
+
+        async def carry_out() -> None:
+            try:
+                await layer.send(message["reply_to"], await _carry_out(message))
+            except Exception:  # the sender times out and says so
+                logger.exception("routed %s failed", message.get("command"))
+
+        _deliveries.add(task := asyncio.create_task(carry_out()))
+        task.add_done_callback(_deliveries.discard)
     elif message.get("type") == "workers.list":
         sessions = [
             {
