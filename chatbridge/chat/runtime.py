@@ -23,6 +23,7 @@ from chatbridge.core.sampling import LiteLLMSampler
 __all__ = ["conversation_group", "get_hub", "get_session_manager", "publish"]
 
 logger = logging.getLogger("chatbridge.chat")
+_publish_failing = False  # in an outage: log its first failure only
 
 
 def conversation_group(conversation_id: str) -> str:
@@ -52,19 +53,22 @@ async def publish(conversation_id: str, event: ChatEvent) -> None:
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is not configured"
     message = {"type": "chat.event", "event": event.model_dump(mode="json")}
+    global _publish_failing
     for attempt in (1, 2):  # a pooled connection Redis dropped fails once, then reconnects
         try:
             await layer.group_send(conversation_group(conversation_id), message)
-            return
         except Exception as exc:  # Redis down or restarting
-            logger.warning(
-                "event %s of conversation %s not published (attempt %d): %s: %s",
-                event.type,
-                conversation_id,
-                attempt,
-                type(exc).__name__,
-                exc,
-            )
+            failure = (event.type, conversation_id, attempt, type(exc).__name__, exc)
+            # The first failure of an outage is a warning; the rest (every event) is noise.
+            log = logger.debug if _publish_failing else logger.warning
+            log("event %s of conversation %s not published (attempt %d): %s: %s", *failure)
+            if attempt == 2:
+                _publish_failing = True
+            continue
+        if _publish_failing:
+            _publish_failing = False
+            logger.info("publishing events works again")
+        return
 
 
 @cache
