@@ -88,10 +88,12 @@ class ChatBridgeRuntime:
             idle_timeout=timeout if timeout and timeout > 0 else None,
             observer=DjangoRecorder(),
         )
+        store = DjangoStore()
         self.hub = ChatHub(
             registry=get_registry(),
             manager=self.manager,
-            store=DjangoStore(),
+            store=store,
+            leases=store,  # one running turn per conversation across workers
             sink=publish,
             render_form=render_form,
             model=settings.CHATBRIDGE_MODEL,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sqlite3
 from pathlib import Path
@@ -68,3 +69,50 @@ async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path
     assert [kind for kind, _ in journal] == ["elicit", "elicit", "sample", "step"]
     [ticket] = [result for kind, result in journal if kind == "step"]  # issued once
     assert done["result"]["ticket"] in ticket
+
+
+@pytest.mark.slow
+async def test_an_answer_resent_right_after_a_restart_is_delivered_not_busy(
+    tmp_path: Path,
+) -> None:
+    env = migrated_env(tmp_path / "db.sqlite3")
+    first_port, second_port = free_port(), free_port()
+    first = start_daphne(first_port, env)
+    second = None
+    try:
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{first_port}"
+            chat = await RemoteChat.open(http, base)
+            await chat.connect(base)
+            await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
+            flights = await chat.next("elicit", key="pick_flight")
+            flight_id = flights["context"]["flights"][0]["id"]
+            await chat.answer(flights, flight_id=flight_id)
+            seats = await chat.next("elicit", key="pick_seat")
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+            await chat.close()
+
+            second = start_daphne(second_port, env)
+            base = f"http://127.0.0.1:{second_port}"
+            # Two tabs: one reconnects (and resumes the call), the other re-sends its answer
+            # at the same moment, before the question is shown again.
+            tab = RemoteChat(http, chat.cookie, chat.conversation_id)
+            await asyncio.gather(chat.connect(base), tab.connect(base))
+            label = seat_map_for(flight_id).first_free()
+            assert label is not None
+            await asyncio.gather(
+                chat.answer(seats, seat_label=label), tab.answer(seats, seat_label=label)
+            )
+            done = await chat.next("tool_call", status="completed")
+            assert done["result"]["seat"] == label
+            await chat.next("assistant_message")
+            errors = [e["code"] for c in (chat, tab) for e in c.events if e["type"] == "error"]
+            # One answer is taken; the same answer again finds the question answered.
+            assert "BUSY" not in errors and len(errors) <= 1, errors
+            for client in (chat, tab):
+                await client.close()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                stop(proc)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import aiohttp
 import pytest
@@ -26,9 +27,17 @@ BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
 
 @pytest.fixture
 def cluster_env() -> Iterator[dict[str, str]]:
-    """A fresh PostgreSQL database, a private Redis prefix, migrations and a staff user."""
-    require("PostgreSQL", PG_HOST, PG_PORT)
+    """A fresh PostgreSQL database, a private prefix on the shared Redis, a staff user."""
     require("Redis", REDIS_HOST, REDIS_PORT)
+    with cluster_database(f"redis://{REDIS_HOST}:{REDIS_PORT}/0") as env:
+        yield env
+
+
+@contextmanager
+def cluster_database(redis_url: str) -> Iterator[dict[str, str]]:
+    """The environment of workers on a fresh PostgreSQL database (migrated, with a staff
+    user) and ``redis_url`` under a private prefix; the database is dropped afterwards."""
+    require("PostgreSQL", PG_HOST, PG_PORT)
     import psycopg
 
     name = f"chatbridge_cluster_{uuid.uuid4().hex[:10]}"
@@ -39,7 +48,7 @@ def cluster_env() -> Iterator[dict[str, str]]:
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
         "DATABASE_URL": f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}",
-        "REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/0",
+        "REDIS_URL": redis_url,
         "CHATBRIDGE_REDIS_PREFIX": f"cbtest{uuid.uuid4().hex[:8]}",
         "DJANGO_SUPERUSER_PASSWORD": "pw-123456",
     }

@@ -15,6 +15,10 @@ class Conversation(models.Model):
     owner = models.CharField(max_length=80, db_index=True, help_text="user:<id> or session:<key>")
     title = models.CharField(max_length=120, default="New chat")
     phase = models.CharField(max_length=40, default="idle")
+    turn_worker = models.CharField(
+        max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
+    )
+    turn_expires = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -23,6 +27,16 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.title} ({self.id})"
+
+
+class WorkerHeartbeat(models.Model):
+    """A worker process says it is alive: calls it holds are taken over only once it stops."""
+
+    worker = models.CharField(primary_key=True, max_length=120)
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.worker} at {self.beat_at:%H:%M:%S}"
 
 
 class Message(models.Model):

@@ -1,23 +1,45 @@
-"""Conversation persistence for the engine, and who owns a conversation."""
+"""Conversation persistence for the engine, who owns a conversation, who runs its turn."""
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
+from chatbridge.chat.models import (
+    ACTIVE_STATUSES,
+    Conversation,
+    Message,
+    ToolSession,
+    WorkerHeartbeat,
+)
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
 
-__all__ = ["DjangoStore", "owner_key"]
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "HEARTBEAT_TTL",
+    "LEASE_SECONDS",
+    "DjangoStore",
+    "beat",
+    "forget_worker",
+    "owner_key",
+    "worker_alive",
+]
 
 TITLE_LENGTH = 60
+LEASE_SECONDS = 20.0  # a turn's lease, renewed every few seconds while it runs
+HEARTBEAT_SECONDS = 2.0  # how often a worker says it is alive
+HEARTBEAT_TTL = 10.0  # silent this long: the worker is gone and its calls may be taken over
 
 
 def owner_key(user: Any, session_key: str | None) -> str | None:
@@ -52,11 +74,22 @@ def _messages(conversation_id: str) -> list[dict[str, Any]]:
 
 # A turn passes through several phases in a few milliseconds; only the latest one needs
 # writing, and queued phase writes would delay the journal writes that wait behind them.
+# The event loop sets it and the writer thread takes it: every access holds the lock.
 _latest_phase: dict[str, str] = {}
+_latest_phase_lock = threading.Lock()
+
+
+def _note_phase(conversation_id: str, phase: str) -> bool:
+    """Record the latest phase; True if a write must be queued (none is queued yet)."""
+    with _latest_phase_lock:
+        queued = conversation_id in _latest_phase
+        _latest_phase[conversation_id] = phase
+    return not queued
 
 
 def _save_latest_phase(conversation_id: str) -> None:
-    phase = _latest_phase.pop(conversation_id, None)
+    with _latest_phase_lock:
+        phase = _latest_phase.pop(conversation_id, None)
     if phase is None:
         return
     Conversation.objects.filter(pk=conversation_id).update(phase=phase)
@@ -79,6 +112,83 @@ def _claim(call_id: str, worker: str) -> bool:
     return taken == 1
 
 
+def _take_turn(conversation_id: str, replacing: str) -> bool:
+    now = timezone.now()
+    free = (
+        Q(turn_worker="")
+        | Q(turn_worker=WORKER_ID)
+        | Q(turn_expires__isnull=True)
+        | Q(turn_expires__lt=now)
+    )
+    if replacing:
+        free |= Q(turn_worker=replacing)
+    taken = (
+        Conversation.objects.filter(pk=conversation_id)
+        .filter(free)
+        .update(turn_worker=WORKER_ID, turn_expires=now + timedelta(seconds=LEASE_SECONDS))
+    )
+    return taken == 1
+
+
+def _renew_turn(conversation_id: str) -> bool:
+    expires = timezone.now() + timedelta(seconds=LEASE_SECONDS)
+    renewed = Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
+        turn_expires=expires
+    )
+    return renewed == 1
+
+
+def _release_turn(conversation_id: str) -> None:
+    Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
+        turn_worker="", turn_expires=None
+    )
+
+
+def _turn_holder(conversation_id: str) -> str:
+    row = (
+        Conversation.objects.filter(pk=conversation_id, turn_expires__gte=timezone.now())
+        .values_list("turn_worker", flat=True)
+        .first()
+    )
+    return row or ""
+
+
+def beat() -> None:
+    """Say this worker is alive (a row per worker, its time pushed on)."""
+    WorkerHeartbeat.objects.update_or_create(worker=WORKER_ID, defaults={"beat_at": timezone.now()})
+
+
+def forget_worker() -> None:
+    """This worker stops (a clean shutdown): its calls may be taken over at once."""
+    WorkerHeartbeat.objects.filter(worker=WORKER_ID).delete()
+
+
+def _process_gone(worker: str) -> bool:
+    """``worker`` (``host:pid``) ran on this host and its process no longer exists."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by someone else
+        return False
+    return False
+
+
+def worker_alive(worker: str) -> bool:
+    """Is ``worker`` alive? Its heartbeat is recent (and, on this host, its process exists).
+
+    Liveness comes from the database, never from the channel layer: a worker whose Redis is
+    down keeps its calls.
+    """
+    if not worker or _process_gone(worker):
+        return False
+    since = timezone.now() - timedelta(seconds=HEARTBEAT_TTL)
+    return WorkerHeartbeat.objects.filter(worker=worker, beat_at__gte=since).exists()
+
+
 class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
 
@@ -89,9 +199,7 @@ class DjangoStore:
         await write_now(_append, conversation_id, message_id, message)
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
-        queued = conversation_id in _latest_phase
-        _latest_phase[conversation_id] = phase  # for the admin; off the hot path, coalesced
-        if not queued:
+        if _note_phase(conversation_id, phase):  # for the admin; off the hot path, coalesced
             write_later(_save_latest_phase, conversation_id)
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:
@@ -99,3 +207,17 @@ class DjangoStore:
 
     async def claim(self, call_id: str, worker: str) -> bool:
         return await sync_to_async(_claim)(call_id, worker)
+
+    # -- TurnLeases: one running turn per conversation across workers ----------------------
+
+    async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return await sync_to_async(_take_turn)(conversation_id, replacing)
+
+    async def renew_turn(self, conversation_id: str) -> bool:
+        return await sync_to_async(_renew_turn)(conversation_id)
+
+    async def release_turn(self, conversation_id: str) -> None:
+        await sync_to_async(_release_turn)(conversation_id)
+
+    async def turn_holder(self, conversation_id: str) -> str:
+        return await sync_to_async(_turn_holder)(conversation_id)

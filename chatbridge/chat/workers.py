@@ -2,7 +2,13 @@
 
 Each process that serves chats runs one listener (started with its first socket) in the group
 ``chatbridge.workers``. An operator's abort is broadcast there and carried out by whichever
-worker holds the session; "what is live right now" is asked of all of them.
+worker holds the session; "what is live right now" is asked of all of them. A user's answer,
+abort, approve or deny for a call held by another worker is carried to that worker.
+
+The listener is supervised: on a channel-layer error it backs off and joins its groups again
+(and re-joins them every few seconds anyway, since a restarted Redis forgets them without any
+error reaching a blocked receive). Liveness is not asked of the channel layer: each worker
+writes a heartbeat to the database, so a worker whose Redis is down keeps its calls.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.runtime import get_session_manager
+from chatbridge.chat.store import HEARTBEAT_SECONDS, beat, forget_worker, worker_alive
 
 __all__ = [
     "WORKERS_GROUP",
@@ -31,7 +39,10 @@ __all__ = [
 logger = logging.getLogger("chatbridge.workers")
 
 WORKERS_GROUP = "chatbridge.workers"
-PEER_TIMEOUT = 1.5  # seconds a worker has to answer before it counts as gone
+PEER_TIMEOUT = 1.5  # seconds a worker has to acknowledge a message routed to it
+FORWARD_TIMEOUT = 7.0  # an abort waits for the tool to stop (its grace is 5 s)
+REJOIN_SECONDS = 2.0  # how often the listener re-joins its groups
+BACKOFF_MAX = 2.0
 
 
 def worker_group(worker: str) -> str:
@@ -39,42 +50,88 @@ def worker_group(worker: str) -> str:
     return "chatbridge.worker." + re.sub(r"[^a-zA-Z0-9_.-]", "-", worker)[:80]
 
 
-_listeners: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+_listeners: dict[asyncio.AbstractEventLoop, list[asyncio.Task[None]]] = {}
 _deliveries: set[asyncio.Task[None]] = set()
 
 
 def ensure_listener() -> None:
-    """Start this process's listener on the running loop, once."""
+    """Start this process's listener and heartbeat on the running loop, once."""
     loop = asyncio.get_running_loop()
-    task = _listeners.get(loop)
-    if task is None or task.done():
-        _listeners[loop] = loop.create_task(_listen(), name="chatbridge-worker-listener")
+    tasks = _listeners.get(loop)
+    if tasks is None or any(t.done() for t in tasks):
+        for task in tasks or ():
+            task.cancel()
+        _listeners[loop] = [
+            loop.create_task(_supervise(), name="chatbridge-worker-listener"),
+            loop.create_task(_heartbeat(), name="chatbridge-worker-heartbeat"),
+        ]
 
 
 async def stop_listener() -> None:
-    """Stop this process's listener on the running loop (the runtime's shutdown)."""
-    task = _listeners.pop(asyncio.get_running_loop(), None)
-    if task is not None and not task.done():
+    """Stop the listener and the heartbeat; the worker's calls may be taken over at once."""
+    tasks = _listeners.pop(asyncio.get_running_loop(), [])
+    for task in tasks:
         task.cancel()
-        await asyncio.wait({task})
+    if tasks:
+        await asyncio.wait(tasks)
+        try:
+            await sync_to_async(forget_worker)()
+        except Exception:  # the heartbeat expires on its own
+            logger.exception("removing the heartbeat of %s failed", WORKER_ID)
+
+
+async def _heartbeat() -> None:
+    """Say this worker is alive, in the database, for as long as the process runs."""
+    while True:
+        try:
+            await sync_to_async(beat)()
+        except Exception:  # the database may be back before the heartbeat expires
+            logger.exception("heartbeat of %s failed", WORKER_ID)
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+
+
+async def _supervise() -> None:
+    """Run the listener; after a channel-layer error, back off and start it again."""
+    loop = asyncio.get_running_loop()
+    backoff = 0.1
+    while True:
+        started = loop.time()
+        try:
+            await _listen()
+        except Exception as exc:  # Redis down or restarted: its groups are gone with it
+            while isinstance(exc, ExceptionGroup) and exc.exceptions:
+                exc = exc.exceptions[0]
+            logger.warning("worker listener stopped (%s: %s); rejoining", type(exc).__name__, exc)
+        if loop.time() - started > 10 * BACKOFF_MAX:
+            backoff = 0.1  # it ran well for a while: this is a new outage
+        await asyncio.sleep(backoff)  # not a busy loop while Redis stays down
+        backoff = min(backoff * 2, BACKOFF_MAX)
 
 
 async def _listen() -> None:
     layer = get_channel_layer()
     assert layer is not None
     channel = await layer.new_channel()
-    await layer.group_add(WORKERS_GROUP, channel)
-    await layer.group_add(worker_group(WORKER_ID), channel)
-    try:
-        while True:
-            message = await layer.receive(channel)
-            try:
-                await _handle(layer, message)
-            except Exception:  # one bad message must not stop the listener
-                logger.exception("worker message %r failed", message.get("type"))
-    finally:
-        await layer.group_discard(WORKERS_GROUP, channel)
-        await layer.group_discard(worker_group(WORKER_ID), channel)
+    async with asyncio.TaskGroup() as group:  # either failing stops both
+        group.create_task(_rejoin(layer, channel))
+        group.create_task(_receive(layer, channel))
+
+
+async def _rejoin(layer: Any, channel: str) -> None:
+    """Join the groups, and join them again every few seconds (idempotent)."""
+    while True:
+        await layer.group_add(WORKERS_GROUP, channel)
+        await layer.group_add(worker_group(WORKER_ID), channel)
+        await asyncio.sleep(REJOIN_SECONDS)
+
+
+async def _receive(layer: Any, channel: str) -> None:
+    while True:
+        message = await layer.receive(channel)
+        try:
+            await _handle(layer, message)
+        except Exception:  # one bad message must not stop the listener
+            logger.exception("worker message %r failed", message.get("type"))
 
 
 async def _handle(layer: Any, message: dict[str, Any]) -> None:
@@ -104,6 +161,20 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
         _deliveries.add(task := asyncio.create_task(deliver()))
         task.add_done_callback(_deliveries.discard)
+    elif message.get("type") == "workers.show":
+        from chatbridge.chat.runtime import get_hub
+
+        await get_hub().show(str(message["conversation_id"]))
+    elif message.get("type") == "workers.command":  # an abort may take seconds: not inline
+
+        async def carry_out() -> None:
+            try:
+                await layer.send(message["reply_to"], await _carry_out(message))
+            except Exception:  # the sender times out and says so
+                logger.exception("routed %s failed", message.get("command"))
+
+        _deliveries.add(task := asyncio.create_task(carry_out()))
+        task.add_done_callback(_deliveries.discard)
     elif message.get("type") == "workers.list":
         sessions = [
             {
@@ -117,6 +188,41 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
             message["reply_to"],
             {"type": "workers.sessions", "worker": WORKER_ID, "sessions": sessions},
         )
+
+
+async def _carry_out(message: dict[str, Any]) -> dict[str, Any]:
+    """Carry out a user's abort, approve or deny routed here; the outcome for the sender."""
+    from chatbridge.chat.runtime import get_hub
+    from chatbridge.core.engine import CommandRefused
+    from chatbridge.core.protocol import Abort, Approve, parse_command
+
+    command = parse_command(message["command"])
+    conversation_id = str(message["conversation_id"])
+    hub = get_hub()
+    try:
+        if isinstance(command, Abort):
+            await hub.abort(conversation_id, command.session_id, command.reason, routed=True)
+        elif isinstance(command, Approve):
+            await hub.decide(conversation_id, command.call_id, True, routed=True)
+        elif command.type == "deny":
+            await hub.decide(conversation_id, command.call_id, False, command.reason, routed=True)
+        else:
+            return {
+                "type": "workers.done",
+                "worker": WORKER_ID,
+                "ok": False,
+                "code": "BAD_COMMAND",
+                "message": f"A {command.type!r} command is not routed between workers.",
+            }
+    except CommandRefused as exc:
+        return {
+            "type": "workers.done",
+            "worker": WORKER_ID,
+            "ok": False,
+            "code": exc.code,
+            "message": str(exc),
+        }
+    return {"type": "workers.done", "worker": WORKER_ID, "ok": True}
 
 
 async def _gather(
@@ -165,11 +271,10 @@ class ChannelPeers:
     """The other workers, reached through the channel layer (``ChatHub``'s scale-out hooks)."""
 
     async def alive(self, worker: str) -> bool:
-        """Does ``worker`` answer a ping in time? (This process never asks itself.)"""
+        """Is ``worker``'s heartbeat recent? (This process never asks about itself.)"""
         if worker == WORKER_ID or not worker:
             return False
-        replies = await _gather({"type": "workers.ping"}, PEER_TIMEOUT, 1, worker_group(worker))
-        return bool(replies)
+        return await sync_to_async(worker_alive)(worker)
 
     async def route(self, worker: str, conversation_id: str, command: Any) -> dict[str, Any] | None:
         """Hand an answer to the worker holding its session; its reply, or None if it is gone."""
@@ -180,5 +285,39 @@ class ChannelPeers:
             "conversation_id": conversation_id,
             "command": command.model_dump(mode="json"),
         }
-        replies = await _gather(message, PEER_TIMEOUT, 1, worker_group(worker))
+        try:
+            replies = await _gather(message, PEER_TIMEOUT, 1, worker_group(worker))
+        except Exception as exc:  # the channel layer is down: the worker cannot be reached
+            logger.warning("routing an answer to %s failed: %s", worker, exc)
+            return None
+        return replies[0] if replies else None
+
+    async def show(self, worker: str, conversation_id: str) -> None:
+        """Ask ``worker`` to publish the conversation's state and open forms again."""
+        if worker == WORKER_ID or not worker:
+            return
+        layer = get_channel_layer()
+        assert layer is not None
+        message = {"type": "workers.show", "conversation_id": conversation_id}
+        try:
+            await layer.group_send(worker_group(worker), message)
+        except Exception as exc:  # best effort: the socket still gets later events
+            logger.warning("asking %s to show %s failed: %s", worker, conversation_id, exc)
+
+    async def forward(
+        self, worker: str, conversation_id: str, command: Any
+    ) -> dict[str, Any] | None:
+        """Carry out an abort, approve or deny on ``worker``; its outcome, or None."""
+        if worker == WORKER_ID or not worker:
+            return None
+        message = {
+            "type": "workers.command",
+            "conversation_id": conversation_id,
+            "command": command.model_dump(mode="json"),
+        }
+        try:
+            replies = await _gather(message, FORWARD_TIMEOUT, 1, worker_group(worker))
+        except Exception as exc:  # the channel layer is down: the worker cannot be reached
+            logger.warning("forwarding %s to %s failed: %s", command.type, worker, exc)
+            return None
         return replies[0] if replies else None

@@ -9,7 +9,14 @@ from typing import Any, Protocol
 
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.forms import PendingElicit
-from chatbridge.core.protocol import ChatEvent, Phase
+from chatbridge.core.protocol import (
+    Abort,
+    Approve,
+    ChatEvent,
+    Deny,
+    ElicitResponseCommand,
+    Phase,
+)
 
 __all__ = [
     "LOST_SESSION_MESSAGE",
@@ -17,8 +24,11 @@ __all__ = [
     "ConversationRuntime",
     "ConversationStore",
     "EventSink",
+    "LocalLeases",
+    "Peers",
     "PendingApproval",
     "ResumableCall",
+    "TurnLeases",
     "dangling_calls",
 ]
 
@@ -54,6 +64,70 @@ class ConversationStore(Protocol):
         ...
 
 
+class TurnLeases(Protocol):
+    """Who runs a conversation's turn, across every worker: a lease with an expiry, taken by
+    compare-and-set and renewed while the turn runs (DESIGN §9)."""
+
+    async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        """Take the lease if it is free, expired, ours, or held by ``replacing`` (a worker
+        known to be dead); True for exactly one taker."""
+        ...
+
+    async def renew_turn(self, conversation_id: str) -> bool:
+        """Push the expiry on; False if the lease is no longer ours."""
+        ...
+
+    async def release_turn(self, conversation_id: str) -> None:
+        """Give the lease up (only if it is ours)."""
+        ...
+
+    async def turn_holder(self, conversation_id: str) -> str:
+        """The worker holding an unexpired lease, or ``""``."""
+        ...
+
+
+class LocalLeases:
+    """``TurnLeases`` for a single process: the hub's own bookkeeping already excludes a
+    second turn, so every lease is granted."""
+
+    async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return True
+
+    async def renew_turn(self, conversation_id: str) -> bool:
+        return True
+
+    async def release_turn(self, conversation_id: str) -> None:
+        return None
+
+    async def turn_holder(self, conversation_id: str) -> str:
+        return ""
+
+
+class Peers(Protocol):
+    """Other worker processes (scale-out): are they alive, and hand them commands."""
+
+    async def alive(self, worker: str) -> bool:
+        """Is ``worker`` (never this process) alive, by its heartbeat?"""
+        ...
+
+    async def route(
+        self, worker: str, conversation_id: str, command: ElicitResponseCommand
+    ) -> dict[str, Any] | None:
+        """Hand an answer to ``worker``; its acknowledgement, or None if unreachable."""
+        ...
+
+    async def show(self, worker: str, conversation_id: str) -> None:
+        """Ask ``worker`` to send the conversation's state and open forms again (best effort)."""
+        ...
+
+    async def forward(
+        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
+    ) -> dict[str, Any] | None:
+        """Carry out a command on ``worker``: ``{"ok": True}``, ``{"ok": False, "code": ...,
+        "message": ...}``, or None if it cannot be reached (or is this process)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ResumableCall:
     """A suspended tool call that can be resumed by replaying its journal."""
@@ -78,6 +152,9 @@ class ConversationRuntime:
     # Calls being resumed by replay whose question is not shown again yet: an answer for one
     # of them may wait for its form (the event is set once it shows, or the replay ends).
     resuming: dict[str, asyncio.Event] = field(default_factory=dict)
+    # Set while a turn is being started (lease, claims): an answer arriving meanwhile waits
+    # for it instead of being refused, since the turn may be the one resuming its call.
+    starting: asyncio.Event | None = None
 
     def resumed(self, call_id: str) -> None:
         """The call's replay showed its question, or ended: answers need not wait for it."""
@@ -93,6 +170,11 @@ class ConversationRuntime:
     @property
     def running(self) -> bool:
         return self.turn is not None and not self.turn.done()
+
+    @property
+    def busy(self) -> bool:
+        """A turn runs here or is being started: no other may start."""
+        return self.running or self.starting is not None
 
 
 @dataclass

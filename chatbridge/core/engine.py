@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.core.conversation import (
@@ -21,16 +21,22 @@ from chatbridge.core.conversation import (
     ConversationRuntime,
     ConversationStore,
     EventSink,
+    LocalLeases,
+    Peers,
     ResumableCall,
+    TurnLeases,
     dangling_calls,
 )
 from chatbridge.core.forms import FormRenderer
 from chatbridge.core.plugins import FormPost, PluginRegistry
 from chatbridge.core.protocol import (
+    Abort,
     ApprovalRequest,
+    Approve,
     AssistantDelta,
     AssistantMessage,
     ConversationState,
+    Deny,
     ElicitResponseAck,
     ElicitResponseCommand,
     ErrorEvent,
@@ -51,21 +57,19 @@ __all__ = [
 
 logger = logging.getLogger("chatbridge.engine")
 
+LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
+ROUTE_PATIENCE = 15.0  # seconds an answer waits for a live but unreachable owner
+ROUTE_RETRY = 0.5
+BUSY_ELSEWHERE = (
+    "Another server is running a reply in this conversation; please wait for it, or abort "
+    "the running tool."
+)
+
 
 def _own_id(call: ToolCallRequest) -> ToolCallRequest:
     """The call with an id of our own. A call id is a session id across every worker and the
     database, and providers may omit ids, reuse them or number them per reply."""
     return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
-
-
-class Peers(Protocol):
-    """Other worker processes (scale-out): are they alive, and hand them an answer."""
-
-    async def alive(self, worker: str) -> bool: ...
-
-    async def route(
-        self, worker: str, conversation_id: str, command: ElicitResponseCommand
-    ) -> dict[str, Any] | None: ...
 
 
 class ChatHub:
@@ -82,11 +86,13 @@ class ChatHub:
         model: str,
         max_iterations: int = 8,
         peers: Peers | None = None,
+        leases: TurnLeases | None = None,
     ) -> None:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
         self.max_iterations = max_iterations
         self.peers = peers  # the other workers, when there are several
+        self.leases: TurnLeases = leases or LocalLeases()
         self.runner = ToolCallRunner(
             registry=registry,
             manager=manager,
@@ -99,13 +105,12 @@ class ChatHub:
     # -- commands ---------------------------------------------------------------------------
 
     async def user_message(self, conversation_id: str, text: str) -> None:
-        """Start a turn for ``text``; refused while a turn is running."""
+        """Start a turn for ``text``; refused while a turn runs here or on another worker."""
         conv = self._conversation(conversation_id)
-        if conv.running:
-            raise CommandRefused(
-                "BUSY", "Please wait for the current reply, or abort the running tool."
-            )
-        self._start(conv, lost=[], text=text)  # at once: a second message now sees BUSY
+        try:
+            await self._begin(conv, lost=[], text=text)
+        finally:
+            self._forget_if_idle(conv)
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session)."""
@@ -116,10 +121,19 @@ class ChatHub:
                 "session's id is its call id, so send the call_id of the form as both.",
             )
         conv = self._conversation(conversation_id)
+        try:
+            pending = conv.pending.get(cmd.call_id)
+            if pending is None:
+                await self._unmatched_response(conv, cmd)
+                return
+            await self._deliver(conv, cmd)
+        finally:
+            self._forget_if_idle(conv)
+
+    async def _deliver(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
-            await self._unmatched_response(conv, cmd)
-            return
+            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
         if (pending.session_id, pending.elicit_id) != (cmd.session_id, cmd.elicit_id):
             raise CommandRefused(
                 "STALE_ELICIT",
@@ -132,27 +146,79 @@ class ChatHub:
             ElicitResponseAck(call_id=cmd.call_id, elicit_id=cmd.elicit_id, action=cmd.action),
         )
 
-    async def abort(self, conversation_id: str, session_id: str, reason: str) -> None:
-        """Abort a tool session of this conversation."""
-        conv = self._conversation(conversation_id)
-        if session_id not in conv.calls or self.manager.get(session_id) is None:
-            raise CommandRefused(
-                "NOT_FOUND", f"No running tool {session_id!r} in this conversation."
+    async def abort(
+        self, conversation_id: str, session_id: str, reason: str, *, routed: bool = False
+    ) -> None:
+        """Abort a tool session of this conversation, on whichever worker holds it.
+
+        ``routed``: the command came from another worker; do not pass it on again.
+        """
+        conv = self._conversations.get(conversation_id)
+        if conv is not None and session_id in conv.calls and self.manager.get(session_id):
+            await self.manager.abort(session_id, reason, by="user")
+            return
+        if not routed:
+            owner = next(
+                (
+                    c.worker
+                    for c in await self.store.resumable(conversation_id)
+                    if c.call_id == session_id
+                ),
+                "",
             )
-        await self.manager.abort(session_id, reason, by="user")
+            command = Abort(type="abort", session_id=session_id, reason=reason)
+            if await self._forward(owner, conversation_id, command):
+                return
+        raise CommandRefused("NOT_FOUND", f"No running tool {session_id!r} in this conversation.")
 
     async def decide(
-        self, conversation_id: str, call_id: str, approved: bool, reason: str = ""
+        self,
+        conversation_id: str,
+        call_id: str,
+        approved: bool,
+        reason: str = "",
+        *,
+        routed: bool = False,
     ) -> None:
-        """Approve or deny a tool call waiting for approval."""
-        conv = self._conversation(conversation_id)
-        approval = conv.approvals.get(call_id)
-        if approval is None or approval.decision.done():
-            raise CommandRefused("NOT_FOUND", f"Nothing is waiting for approval as {call_id!r}.")
-        approval.decision.set_result((approved, reason.strip()))
+        """Approve or deny a tool call waiting for approval, on whichever worker asked."""
+        conv = self._conversations.get(conversation_id)
+        approval = conv.approvals.get(call_id) if conv is not None else None
+        if approval is not None and not approval.decision.done():
+            approval.decision.set_result((approved, reason.strip()))
+            return
+        if not routed and approval is None:
+            holder = await self.leases.turn_holder(conversation_id)
+            command: Approve | Deny = (
+                Approve(type="approve", call_id=call_id)
+                if approved
+                else Deny(type="deny", call_id=call_id, reason=reason)
+            )
+            if await self._forward(holder, conversation_id, command):
+                return
+        raise CommandRefused("NOT_FOUND", f"Nothing is waiting for approval as {call_id!r}.")
+
+    async def _forward(
+        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
+    ) -> bool:
+        """Carry ``command`` out on ``worker``: True if done there; its refusal is raised."""
+        if not worker or self.peers is None:
+            return False
+        reply = await self.peers.forward(worker, conversation_id, command)
+        if reply is None:
+            return False
+        if not reply.get("ok"):
+            raise CommandRefused(str(reply.get("code")), str(reply.get("message")))
+        logger.info(
+            "%s for conversation %s carried out by %s", command.type, conversation_id, worker
+        )
+        return True
 
     def state(self, conversation_id: str) -> ConversationState:
-        conv = self._conversation(conversation_id)
+        """The conversation's state here (idle when this process holds nothing for it)."""
+        conv = self._conversations.get(conversation_id)
+        return self._state(conv or ConversationRuntime(conversation_id))
+
+    def _state(self, conv: ConversationRuntime) -> ConversationState:
         return ConversationState(
             conversation_id=conv.id,
             phase=conv.phase,
@@ -163,6 +229,10 @@ class ChatHub:
                 for a in conv.approvals.values()
             ],
         )
+
+    def held(self) -> int:
+        """How many conversations this process holds state for (running or waiting)."""
+        return len(self._conversations)
 
     def pending_forms(self, conversation_id: str) -> list[Any]:
         """The forms open right now, for a socket that (re)connects."""
@@ -195,6 +265,39 @@ class ChatHub:
             conv = self._conversations[conversation_id] = ConversationRuntime(conversation_id)
         return conv
 
+    def _forget_if_idle(self, conv: ConversationRuntime) -> None:
+        """Drop the conversation's state once nothing runs or waits in it."""
+        conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
+        if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
+            return
+        if self._conversations.get(conv.id) is conv:
+            del self._conversations[conv.id]
+
+    async def _begin(
+        self,
+        conv: ConversationRuntime,
+        lost: list[ElicitResponseCommand],
+        text: str | None = None,
+    ) -> None:
+        """Take the conversation's lease and start a turn; BUSY if one runs anywhere."""
+        if conv.busy:
+            raise CommandRefused(
+                "BUSY", "Please wait for the current reply, or abort the running tool."
+            )
+        conv.starting = asyncio.Event()  # at once: a second message now sees BUSY
+        try:
+            taken = await self.leases.take_turn(conv.id)
+            if not taken:  # held elsewhere: by a worker that is gone, its lease not expired?
+                holder = await self.leases.turn_holder(conv.id)
+                if holder and self.peers is not None and not await self._alive(holder):
+                    taken = await self.leases.take_turn(conv.id, replacing=holder)
+        finally:
+            conv.starting.set()
+            conv.starting = None
+        if not taken:
+            raise CommandRefused("BUSY", BUSY_ELSEWHERE)
+        self._start(conv, lost=lost, text=text)
+
     def _start(
         self,
         conv: ConversationRuntime,
@@ -207,28 +310,62 @@ class ChatHub:
         )
 
     async def recover(self, conversation_id: str) -> bool:
-        """Resume the conversation's suspended calls that no live worker holds (by replay)."""
+        """A socket (re)connects: resume the conversation's suspended calls that no live worker
+        holds (by replay), or have the live worker running its turn show it again."""
         conv = self._conversation(conversation_id)
-        if conv.running:
+        try:
+            if await self._recover(conv):
+                return True
+            if not conv.busy and self.peers is not None:
+                holder = await self.leases.turn_holder(conversation_id)
+                if holder and await self._alive(holder):
+                    await self.peers.show(holder, conversation_id)
             return False
-        claimed = await self._claim(conv)
-        if claimed and not conv.running:
+        finally:
+            self._forget_if_idle(conv)
+
+    async def show(self, conversation_id: str) -> None:
+        """Send the conversation's state and open forms again, to every socket (a socket on
+        another worker asked for them)."""
+        conv = self._conversations.get(conversation_id)
+        if conv is None:
+            return
+        await self.sink(conv.id, self._state(conv))
+        for form in self.pending_forms(conversation_id):
+            await self.sink(conv.id, form)
+
+    async def _recover(self, conv: ConversationRuntime) -> bool:
+        if conv.busy:
+            return False
+        conv.starting = asyncio.Event()  # answers arriving now wait for the outcome
+        try:
+            calls = [
+                c
+                for c in await self.store.resumable(conv.id)
+                if self.manager.get(c.call_id) is None
+            ]
+            if not calls:
+                return False
+            holder = await self.leases.turn_holder(conv.id)
+            if holder and await self._alive(holder):
+                return False  # a live worker runs this conversation's turn
+            orphans = [c for c in calls if not await self._alive(c.worker)]
+            if not orphans or not await self.leases.take_turn(conv.id, replacing=holder):
+                return False
+            claimed = [c for c in orphans if await self.store.claim(c.call_id, c.worker)]
+            if not claimed:
+                await self.leases.release_turn(conv.id)
+                return False
             for call in claimed:  # before the turn runs: answers arriving now wait for the form
                 conv.resuming[call.call_id] = asyncio.Event()
             self._start(conv, lost=[], resume=claimed)
             return True
-        return False
+        finally:
+            conv.starting.set()
+            conv.starting = None
 
-    async def _claim(self, conv: ConversationRuntime) -> list[ResumableCall]:
-        claimed = []
-        for call in await self.store.resumable(conv.id):
-            if self.manager.get(call.call_id) is not None:
-                continue  # live here
-            if self.peers is not None and await self.peers.alive(call.worker):
-                continue  # live on another worker
-            if await self.store.claim(call.call_id, call.worker):
-                claimed.append(call)
-        return claimed
+    async def _alive(self, worker: str) -> bool:
+        return bool(worker) and self.peers is not None and await self.peers.alive(worker)
 
     async def _deliver_when_shown(
         self, conv: ConversationRuntime, cmd: ElicitResponseCommand, timeout: float = 10.0
@@ -244,18 +381,23 @@ class ChatHub:
                 await asyncio.wait_for(shown.wait(), timeout)
         pending = conv.pending.get(cmd.call_id)
         if pending is not None and pending.waiter is not None:
-            await self.elicit_response(conv.id, cmd)
+            await self._deliver(conv, cmd)
             return
         raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
 
     async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
         conv.phase = phase
         await self.store.save_phase(conv.id, phase)
-        await self.sink(conv.id, self.state(conv.id))
+        await self.sink(conv.id, self._state(conv))
 
     async def _unmatched_response(
         self, conv: ConversationRuntime, cmd: ElicitResponseCommand
     ) -> None:
+        if conv.starting is not None:  # a turn is being started: maybe the one resuming it
+            await conv.starting.wait()
+            if cmd.call_id in conv.pending:
+                await self._deliver_when_shown(conv, cmd)
+                return
         if cmd.call_id in conv.resuming:
             await self._deliver_when_shown(conv, cmd)  # being replayed: its form comes back
             return
@@ -264,21 +406,42 @@ class ChatHub:
             raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
         if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
-        owner = next(
-            (c.worker for c in await self.store.resumable(conv.id) if c.call_id == cmd.call_id), ""
-        )
-        if owner and self.peers is not None and await self.peers.route(owner, conv.id, cmd):
-            logger.info("answer for %s handed to worker %s", cmd.call_id, owner)
-            return  # the worker holding the session took the answer; its events reach us
-        logger.info("answer for %s: worker %r did not take it; resuming here", cmd.call_id, owner)
+        if await self._route(conv, cmd):
+            return
         # Its journal survived: resume, then answer. recover() may resume other calls of the
         # conversation and not this one (claimed elsewhere, or no journal): then do not wait.
-        if await self.recover(conv.id) and cmd.call_id in conv.resuming:
+        if await self._recover(conv) and cmd.call_id in conv.resuming:
             await self._deliver_when_shown(conv, cmd)
             return
-        if conv.running:
-            raise CommandRefused("BUSY", "Please wait for the current reply.")
-        self._start(conv, lost=[cmd])
+        await self._begin(conv, lost=[cmd])
+
+    async def _route(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> bool:
+        """Hand the answer to the live worker holding its call; False once none holds it.
+
+        A live owner that cannot be reached (its channel layer reconnecting) is tried again
+        until it answers or its heartbeat expires; the answer is never dropped meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ROUTE_PATIENCE
+        while True:
+            owner = next(
+                (c.worker for c in await self.store.resumable(conv.id) if c.call_id == cmd.call_id),
+                "",
+            )
+            if not await self._alive(owner):
+                logger.info("answer for %s: owner %r is gone; resuming here", cmd.call_id, owner)
+                return False
+            assert self.peers is not None
+            if await self.peers.route(owner, conv.id, cmd):
+                logger.info("answer for %s handed to worker %s", cmd.call_id, owner)
+                return True  # the worker holding the session took the answer
+            if loop.time() > deadline:
+                raise CommandRefused(
+                    "UNREACHABLE",
+                    "The server holding this tool call is alive but cannot be reached right "
+                    "now; please send your answer again in a moment.",
+                )
+            await asyncio.sleep(ROUTE_RETRY)  # back off before asking the owner again
 
     async def _turn(
         self,
@@ -287,6 +450,7 @@ class ChatHub:
         text: str | None,
         resume: Sequence[ResumableCall] = (),
     ) -> None:
+        renewer = asyncio.create_task(self._keep_lease(conv), name=f"chatbridge-lease:{conv.id}")
         try:
             if resume:  # finish the suspended calls first: their results belong before anything
                 await self._phase(conv, "executing_tools")
@@ -324,13 +488,29 @@ class ChatHub:
             with contextlib.suppress(Exception):  # the sink itself may be what failed
                 await self.sink(conv.id, failed)
         finally:
+            renewer.cancel()
+            # Released while this turn still counts as running here: a message arriving now
+            # sees BUSY rather than taking a lease that this release would then clear.
+            try:
+                await self.leases.release_turn(conv.id)
+            except Exception:  # it expires on its own
+                logger.exception("releasing the turn of conversation %s failed", conv.id)
             conv.turn = None
             for call in resume:  # if the turn failed before replaying them, stop waiting
                 conv.resumed(call.call_id)
         with contextlib.suppress(Exception):
             await self._phase(conv, "done")
-        if conv.turn is None and not conv.pending and not conv.approvals:  # nothing to remember
-            self._conversations.pop(conv.id, None)
+        self._forget_if_idle(conv)  # nothing runs or waits: nothing to remember
+
+    async def _keep_lease(self, conv: ConversationRuntime) -> None:
+        """Renew the conversation's lease while its turn runs."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
+            try:
+                if not await self.leases.renew_turn(conv.id):
+                    logger.error("conversation %s: another worker took this turn's lease", conv.id)
+            except Exception:  # the database may be back before the lease expires
+                logger.exception("renewing the turn of conversation %s failed", conv.id)
 
     async def _append_results(
         self,
@@ -391,4 +571,8 @@ class ChatHub:
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
-        return await self.runner.run(self._conversation(conversation_id), call)
+        conv = self._conversation(conversation_id)
+        try:
+            return await self.runner.run(conv, call)
+        finally:
+            self._forget_if_idle(conv)
