@@ -332,7 +332,8 @@ async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
 ) -> None:
     from chatbridge.chat.models import WorkerHeartbeat
     from chatbridge.chat.recorder import WORKER_ID
-    from chatbridge.chat.workers import ensure_listener, query_workers, stop_listener
+    from chatbridge.chat.workers import query_workers
+    from chatbridge.runtime import ChatBridgeRuntime
 
     async def answering(timeout: float = 20) -> list[str]:
         """The workers answering a list request, asked until this one answers."""
@@ -345,7 +346,8 @@ async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
             if WORKER_ID in workers or time.monotonic() > deadline:
                 return workers
 
-    ensure_listener()
+    runtime = ChatBridgeRuntime.from_settings()
+    await runtime.start()  # its listener answers the workers' list request
     try:
         assert await answering() == [WORKER_ID]
         redis_layer.kill()
@@ -353,7 +355,7 @@ async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
         assert await answering() == [WORKER_ID]
         assert await WorkerHeartbeat.objects.filter(pk=WORKER_ID).aexists()
     finally:
-        await stop_listener()
+        await runtime.aclose()  # stops the listener and forgets the heartbeat
     assert not await WorkerHeartbeat.objects.filter(pk=WORKER_ID).aexists()
     assert await query_workers(timeout=0.5) == []
 
