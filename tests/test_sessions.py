@@ -87,9 +87,15 @@ async def test_decline_path_reaches_the_tool_as_decline(manager: SessionManager)
     await until_pause(session)
     await session.respond_to_elicit(hotel_id(), Decline())
     assert await until_pause(session) == [("completed", {"booked": False, "reason": "decline"})]
-    assert session.journal == [
-        {"seq": 1, "kind": "elicit", "key": "pick_hotel", "result": {"action": "decline"}}
-    ]
+    [entry] = session.journal
+    assert {k: entry[k] for k in ("seq", "kind", "key", "result", "scope", "pos")} == {
+        "seq": 1,
+        "kind": "elicit",
+        "key": "pick_hotel",
+        "result": {"action": "decline"},
+        "scope": "",
+        "pos": 1,
+    }
 
 
 async def test_cancel_path_reaches_the_tool_as_cancel(manager: SessionManager) -> None:
@@ -338,9 +344,15 @@ async def test_unanswered_questions_expire_as_cancel_after_the_timeout() -> None
     assert await mgr.reap_idle() == ["idle"]
     # The tool sees Cancel for the hotel question and finishes on its own terms.
     assert await until_pause(session) == [("completed", {"booked": False, "reason": "cancel"})]
-    assert session.journal == [
-        {"seq": 1, "kind": "elicit", "key": "pick_hotel", "result": {"action": "cancel"}}
-    ]
+    [entry] = session.journal
+    assert {k: entry[k] for k in ("seq", "kind", "key", "result", "scope", "pos")} == {
+        "seq": 1,
+        "kind": "elicit",
+        "key": "pick_hotel",
+        "result": {"action": "cancel"},
+        "scope": "",
+        "pos": 1,
+    }
     assert mgr.get("idle") is None
     await mgr.shutdown()
 

@@ -32,10 +32,12 @@ def get_session_manager() -> SessionManager:
     from chatbridge.chat.recorder import DjangoRecorder
 
     timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
+    recorder = DjangoRecorder()
     return SessionManager(
         sampler=LiteLLMSampler(settings.CHATBRIDGE_MODEL),
         idle_timeout=timeout if timeout and timeout > 0 else None,
-        observer=DjangoRecorder(),
+        observer=recorder,
+        journal_store=recorder,
     )
 
 
