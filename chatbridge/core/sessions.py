@@ -325,7 +325,8 @@ class PluginSession:
             raise
         except Exception as exc:
             logger.warning("journal write of session %s failed: %r", self.id, exc)
-            raise JournalWriteFailed(self.id, f"{type(exc).__name__}: {exc}") from exc
+            first_line = next(iter(str(exc).splitlines()), "")  # PostgreSQL adds CONTEXT lines
+            raise JournalWriteFailed(self.id, f"{type(exc).__name__}: {first_line}") from exc
         await observe(self.observer, "capability_recorded", self, entry)
 
     async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
