@@ -13,7 +13,7 @@ from django.db import connection
 from chatbridge.chat.models import JournalRecord, Message, ToolSession
 from chatbridge.chat.writer import flush
 from tests.chat_client import ChatClient
-from tests.test_chat_socket import free_seat, to_seat_picker
+from tests.test_chat_socket import BOOK, free_seat
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
 
@@ -61,6 +61,14 @@ def broken_journal() -> Iterator[Any]:
     _execute(*repairs)
 
 
+async def to_seat_picker(chat: ChatClient) -> dict[str, Any]:
+    """Book up to the seat picker (the first turn of a process may load the LLM: be patient)."""
+    await chat.send_user(BOOK)
+    flights = await chat.next("elicit", timeout=30, key="pick_flight")
+    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    return await chat.next("elicit", timeout=30, key="pick_seat")
+
+
 @sync_to_async
 def transcript(conversation_id: str) -> list[str]:
     return [m.content for m in Message.objects.filter(conversation_id=conversation_id)]
@@ -79,7 +87,7 @@ def tool_session(call_id: str) -> ToolSession:
 async def test_a_failed_journal_write_stops_the_call_before_the_ticket(
     chat: ChatClient, broken_journal: Any
 ) -> None:
-    _, seats = await to_seat_picker(chat)
+    seats = await to_seat_picker(chat)
     call_id = seats["call_id"]
     await broken_journal()  # the database refuses journal writes from now on
     row, letter = free_seat(seats)
@@ -107,7 +115,7 @@ async def test_a_failed_journal_write_stops_the_call_before_the_ticket(
 
 
 async def test_a_worker_that_lost_the_call_stops_its_copy(chat: ChatClient) -> None:
-    _, seats = await to_seat_picker(chat)
+    seats = await to_seat_picker(chat)
     call_id = seats["call_id"]
     # Another worker claims the call (as workers.py does on a takeover).
     await sync_to_async(ToolSession.objects.filter(pk=call_id).update)(worker="other-host:4242")
@@ -119,7 +127,7 @@ async def test_a_worker_that_lost_the_call_stops_its_copy(chat: ChatClient) -> N
         "ClaimLost: Another worker took this call over (other-host:4242 holds call "
         f"{call_id!r}, not "
     )
-    assert failed["error"].endswith("this copy stopped without acting on the answer.")
+    assert failed["error"].endswith("this copy stopped so that only the holder acts on the call.")
     await chat.turn_done()
     await flush()
 

@@ -13,6 +13,7 @@ import os
 import socket
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
@@ -93,19 +94,21 @@ def _requested(
         JournalRecord.objects.create(session_id=session_id, seq=seq, **fields)
 
 
+def _holder(session_id: str, *, lock: bool = False) -> str:
+    """The worker holding the call; ``ClaimLost`` unless it is this one."""
+    rows = ToolSession.objects.select_for_update() if lock else ToolSession.objects
+    holder = rows.filter(pk=session_id).values_list("worker", flat=True).first()
+    if holder is None:
+        raise LookupError(f"no tool session row {session_id!r} to record the journal in")
+    if holder != WORKER_ID:
+        raise ClaimLost(session_id, WORKER_ID, holder)
+    return holder
+
+
 def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
     """Write ``entry`` in one transaction with the check that this worker holds the call."""
     with transaction.atomic():
-        holder = (
-            ToolSession.objects.select_for_update()
-            .filter(pk=session_id)
-            .values_list("worker", flat=True)
-            .first()
-        )
-        if holder is None:
-            raise LookupError(f"no tool session row {session_id!r} to record the journal in")
-        if holder != WORKER_ID:
-            raise ClaimLost(session_id, WORKER_ID, holder)
+        _holder(session_id, lock=True)
         # The (session, scope, pos) constraint refuses a second writer of the same slot.
         JournalRecord.objects.update_or_create(
             session_id=session_id,
@@ -173,6 +176,9 @@ class DjangoRecorder:
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         await write_now(_append, session.id, entry, timezone.now())
+
+    async def check_held(self, session: PluginSession) -> None:
+        await sync_to_async(_holder)(session.id)
 
     async def session_started(self, session: PluginSession) -> None:
         await write_now(_started, session)

@@ -67,7 +67,7 @@ class CapabilityHost(Protocol):
         """Publish a progress note."""
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
-        """A live capability call starts."""
+        """A live capability call starts; raising before a step keeps its effect from running."""
 
     async def recorded(self, entry: JournalEntry) -> None:
         """Make a capability result durable; raising stops the call (the tool never sees it)."""
@@ -99,13 +99,17 @@ class CallRuntime:
         if self.stopped is not None:
             raise self.stopped
 
-    async def record(self, entry: JournalEntry) -> None:
-        """Hand ``entry`` to the host to make durable, then keep it; a failure stops the call."""
+    async def guarded(self, awaitable: Awaitable[T]) -> T:
+        """Await a host's bookkeeping; its ``ChatBridgeError`` stops the call for good."""
         try:
-            await self.host.recorded(entry)
+            return await awaitable
         except ChatBridgeError as exc:
             self.stopped = self.stopped or exc
             raise
+
+    async def record(self, entry: JournalEntry) -> None:
+        """Hand ``entry`` to the host to make durable, then keep it; a failure stops the call."""
+        await self.guarded(self.host.recorded(entry))
         self.journal.add(entry)
 
     async def shield_abort(self, awaitable: Awaitable[T]) -> T:
@@ -239,8 +243,9 @@ class ToolContext:
         if entry is not None:
             return entry.result["value"]
         seq = rt.journal.next_seq()
-        await rt.host.requested(
-            seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
+        # The host may refuse here (this worker lost the call): the side effect never runs.
+        await rt.guarded(
+            rt.host.requested(seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)})
         )
         if inspect.iscoroutinefunction(fn):
             raw = await rt.shield_abort(fn(*args))

@@ -242,5 +242,6 @@ class ClaimLost(ChatBridgeError):
         self.session_id, self.worker, self.holder = session_id, worker, holder
         super().__init__(
             f"Another worker took this call over ({holder or 'nobody'} holds call "
-            f"{session_id!r}, not {worker}); this copy stopped without acting on the answer."
+            f"{session_id!r}, not {worker}); this copy stopped so that only the holder acts on the "
+            "call."
         )

@@ -206,11 +206,17 @@ class JournalStore(Protocol):
     """
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
-        """Make ``entry`` durable, or raise."""
+        """Make ``entry`` durable, or raise (``ClaimLost`` if another worker holds the call)."""
+
+    async def check_held(self, session: PluginSession) -> None:
+        """Before a step's side effect: raise ``ClaimLost`` if this worker lost the call."""
 
 
 class MemoryJournalStore:
     """No storage beyond the session's own memory (the default of ``SessionManager()``)."""
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
+        return None
+
+    async def check_held(self, session: PluginSession) -> None:
         return None

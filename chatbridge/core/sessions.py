@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -313,21 +313,26 @@ class PluginSession:
                 await observe(self.observer, "status_changed", self)
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
+        if kind == "step":  # a side effect runs only while this worker holds the call
+            await self._durably(self.journal_store.check_held(self))
         await observe(self.observer, "capability_requested", self, seq, kind, key, request)
 
     async def recorded(self, entry: JournalEntry) -> None:
-        # Durable first: the tool goes on only once its store holds the entry. A store's own
-        # ChatBridgeError (another worker took the call) says what happened; anything else is
-        # a failed write.
+        # Durable first: the tool goes on only once its store holds the entry.
+        await self._durably(self.journal_store.append(self, entry))
+        await observe(self.observer, "capability_recorded", self, entry)
+
+    async def _durably(self, write: Awaitable[None]) -> None:
+        """Await the journal store: its ``ChatBridgeError`` (another worker took the call)
+        says what happened; any other failure is a journal write that did not happen."""
         try:
-            await self.journal_store.append(self, entry)
+            await write
         except ChatBridgeError:
             raise
         except Exception as exc:
             logger.warning("journal write of session %s failed: %r", self.id, exc)
             first_line = next(iter(str(exc).splitlines()), "")  # PostgreSQL adds CONTEXT lines
             raise JournalWriteFailed(self.id, f"{type(exc).__name__}: {first_line}") from exc
-        await observe(self.observer, "capability_recorded", self, entry)
 
     async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
         self._emit(LogEvent(self.id, level, message, data))
