@@ -4,14 +4,17 @@ holding the call attempts, stops the call before it acts on the answer (the real
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from chatbridge.chat.models import JournalRecord, Message, ToolSession
+from chatbridge.chat.recorder import WORKER_ID, DjangoRecorder
 from chatbridge.chat.writer import flush
+from chatbridge.core.journal import JournalEntry
 from tests.chat_client import ChatClient
 from tests.test_chat_socket import BOOK, free_seat
 
@@ -146,3 +149,20 @@ async def test_a_worker_that_lost_the_call_stops_its_copy(chat: ChatClient) -> N
         session_id=call_id, key="pick_seat"
     )
     assert seat_record.result is None  # the answer is not on record as this worker's
+
+
+@sync_to_async
+def held_session(call_id: str) -> None:
+    ToolSession.objects.create(id=call_id, tool_name="probe", worker=WORKER_ID)
+
+
+async def test_a_journal_slot_is_written_once() -> None:
+    await held_session("slot")
+    recorder = DjangoRecorder()
+    session: Any = SimpleNamespace(id="slot")
+    await recorder.append(session, JournalEntry(1, "step", "charge", {"value": 1}, "2", 1, "d"))
+    # A second writer of branch 2's first call (another seq: a stale copy) is refused.
+    with pytest.raises(IntegrityError):
+        await recorder.append(session, JournalEntry(2, "step", "charge", {"value": 2}, "2", 1, "d"))
+    rows = await sync_to_async(list)(JournalRecord.objects.filter(session_id="slot"))
+    assert [(r.seq, r.scope, r.pos, r.result) for r in rows] == [(1, "2", 1, {"value": 1})]

@@ -15,6 +15,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from chatbridge.chat.models import JournalRecord, ToolSession
@@ -68,7 +69,7 @@ def _status_snapshot(session: PluginSession) -> dict[str, Any]:
     return {"status": session.status, "updated_at": timezone.now(), **_pending_fields(session)}
 
 
-def _held(session_id: str) -> Any:
+def _held(session_id: str) -> QuerySet[ToolSession]:
     """This worker's row of the call (a queryset, empty once another worker holds it)."""
     return ToolSession.objects.filter(pk=session_id, worker=WORKER_ID)
 
@@ -110,28 +111,20 @@ def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
     with transaction.atomic():
         _holder(session_id, lock=True)
         # The (session, scope, pos) constraint refuses a second writer of the same slot.
+        fields = {
+            "kind": entry.kind,
+            "key": entry.key,
+            "scope": entry.scope,
+            "pos": entry.pos,
+            "digest": entry.digest or "",
+            "result": entry.result,
+            "answered_at": now,
+        }
         JournalRecord.objects.update_or_create(
             session_id=session_id,
             seq=entry.seq,
-            defaults={
-                "kind": entry.kind,
-                "key": entry.key,
-                "scope": entry.scope,
-                "pos": entry.pos,
-                "digest": entry.digest or "",
-                "result": entry.result,
-                "answered_at": now,
-            },
-            create_defaults={
-                "kind": entry.kind,
-                "key": entry.key,
-                "scope": entry.scope,
-                "pos": entry.pos,
-                "digest": entry.digest or "",
-                "result": entry.result,
-                "requested_at": now,
-                "answered_at": now,
-            },
+            defaults=fields,
+            create_defaults={**fields, "requested_at": now},
         )
 
 
