@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection
 
+from chatbridge import create_mcp_tool
 from chatbridge.chat.models import JournalRecord, Message, ToolSession
 from chatbridge.chat.recorder import WORKER_ID, DjangoRecorder
 from chatbridge.chat.writer import flush
@@ -166,3 +167,30 @@ async def test_a_journal_slot_is_written_once() -> None:
         await recorder.append(session, JournalEntry(2, "step", "charge", {"value": 2}, "2", 1, "d"))
     rows = await sync_to_async(list)(JournalRecord.objects.filter(session_id="slot"))
     assert [(r.seq, r.scope, r.pos, r.result) for r in rows] == [(1, "2", 1, {"value": 1})]
+
+
+@sync_to_async
+def stored_before_scopes(call_id: str) -> list[dict[str, Any]]:
+    """A call recorded before migration 0004: its rows have no scope, pos or digest."""
+    from django.utils import timezone
+
+    session = ToolSession.objects.create(id=call_id, tool_name="charge", worker=WORKER_ID)
+    now = timezone.now()
+    JournalRecord.objects.create(
+        session=session, seq=1, kind="step", key="charge", result={"value": 7}, requested_at=now
+    )
+    return session.journal_entries()
+
+
+async def test_rows_stored_before_scopes_replay_as_the_tool_body(manager: Any) -> None:
+    entries = await stored_before_scopes("legacy")
+    assert entries == [{"seq": 1, "kind": "step", "key": "charge", "result": {"value": 7}}]
+    runs: list[int] = []
+
+    async def body(params: Any, ctx: Any) -> Any:
+        return await ctx.step("charge", runs.append, 99)  # other args: old rows have no digest
+
+    tool = create_mcp_tool("charge").elicits().execute(body)
+    session = await manager.create(tool, {}, call_id="legacy", journal=entries)
+    assert (await session.wait_finished()).result == 7  # the recorded value, not run again
+    assert runs == []
