@@ -83,10 +83,12 @@ class ChatBridgeRuntime:
         timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
         self.drain_grace, self.listen = drain_grace, listen
         self.writer = Writer()
+        recorder = DjangoRecorder()
         self.manager = SessionManager(
             sampler=LiteLLMSampler(settings.CHATBRIDGE_MODEL),
             idle_timeout=timeout if timeout and timeout > 0 else None,
-            observer=DjangoRecorder(),
+            observer=recorder,
+            journal_store=recorder,  # durable and fenced: a failed write stops the call
         )
         store = DjangoStore()
         self.hub = ChatHub(

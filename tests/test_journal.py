@@ -56,7 +56,8 @@ async def test_replay_of_a_complete_journal_finishes_without_events(
     manager: SessionManager,
 ) -> None:
     journal = await answer_two_questions(manager)
-    journal.append({"seq": 5, "kind": "elicit", "key": "rate", "result": {"action": "decline"}})
+    rate = {"seq": 5, "kind": "elicit", "key": "rate", "result": {"action": "decline"}}
+    journal.append({**rate, "scope": "", "pos": 5})  # no digest: not checked
     fresh = SessionManager(sampler=manager.sampler)
     session = await fresh.create(trip_tool, PARAMS, call_id="again", journal=journal)
     # Only what follows the last record is live: the final progress note and the result.
@@ -72,9 +73,10 @@ async def test_divergence_raises_replay_divergence(manager: SessionManager) -> N
     [(kind, error)] = await until_pause(session)
     assert kind == "failed"
     assert error == (
-        "ReplayDivergence: Replay of tool 'plan_trip' diverged at journal entry 1: the journal "
-        "recorded sample 'sample', the tool now called elicit 'pick_hotel'. Apart from ctx "
-        "calls and ctx.step, a tool must be deterministic; wrap other side effects in ctx.step()."
+        "ReplayDivergence: Replay of tool 'plan_trip' diverged at position 1 of the tool body: "
+        "the journal recorded sample 'sample', the tool now called elicit 'pick_hotel'. Apart "
+        "from ctx calls and ctx.step, a tool must be deterministic; wrap other side effects in "
+        "ctx.step()."
     )
 
 
@@ -137,3 +139,34 @@ def test_malformed_journal_entries_are_refused() -> None:
 def test_entries_round_trip_through_json() -> None:
     entry = JournalEntry(3, "elicit", "pick", {"action": "accept", "content": {"x": "é"}})
     assert JournalEntry.from_dict(json.loads(json.dumps(entry.to_dict()))) == entry
+
+
+async def test_a_journal_stored_before_scopes_still_replays(manager: SessionManager) -> None:
+    journal = await answer_two_questions(manager)
+    old = [{k: e[k] for k in ("seq", "kind", "key", "result")} for e in journal]
+    booked = len(bookings_made)
+    fresh = SessionManager(sampler=manager.sampler)
+    try:
+        session = await fresh.create(trip_tool, PARAMS, call_id="old", journal=old)
+        assert await until_pause(session) == [
+            ("elicit", "plan_trip:rate:old:3", "How was the booking experience?")
+        ]
+        assert len(bookings_made) == booked
+        # Read as the tool body's entries in seq order; no digest to check.
+        assert [(e["scope"], e["pos"], e["digest"]) for e in session.journal] == [
+            ("", 1, None),
+            ("", 2, None),
+            ("", 3, None),
+            ("", 4, None),
+        ]
+    finally:
+        await fresh.shutdown()
+
+
+def test_two_entries_in_one_slot_are_refused() -> None:
+    entries = [
+        JournalEntry(1, "step", "k", {}, "2", 1, None),
+        JournalEntry(2, "step", "k", {}, "2", 1, None),
+    ]
+    with pytest.raises(ValueError, match="two entries at position 1 of scope '2'"):
+        Journal("t", entries)

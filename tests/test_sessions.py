@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -20,6 +21,9 @@ from chatbridge import (
     SessionNotFound,
     create_mcp_tool,
 )
+from chatbridge.core.exceptions import ClaimLost
+from chatbridge.core.journal import JournalEntry, MemoryJournalStore
+from chatbridge.core.sampling import LiteLLMSampler
 from tests.support import HOTELS, PickHotel, bookings_made, trip_tool, until_pause
 
 HOTEL_Q = "Which hotel in Lisbon?"
@@ -87,9 +91,15 @@ async def test_decline_path_reaches_the_tool_as_decline(manager: SessionManager)
     await until_pause(session)
     await session.respond_to_elicit(hotel_id(), Decline())
     assert await until_pause(session) == [("completed", {"booked": False, "reason": "decline"})]
-    assert session.journal == [
-        {"seq": 1, "kind": "elicit", "key": "pick_hotel", "result": {"action": "decline"}}
-    ]
+    [entry] = session.journal
+    assert {k: entry[k] for k in ("seq", "kind", "key", "result", "scope", "pos")} == {
+        "seq": 1,
+        "kind": "elicit",
+        "key": "pick_hotel",
+        "result": {"action": "decline"},
+        "scope": "",
+        "pos": 1,
+    }
 
 
 async def test_cancel_path_reaches_the_tool_as_cancel(manager: SessionManager) -> None:
@@ -338,9 +348,15 @@ async def test_unanswered_questions_expire_as_cancel_after_the_timeout() -> None
     assert await mgr.reap_idle() == ["idle"]
     # The tool sees Cancel for the hotel question and finishes on its own terms.
     assert await until_pause(session) == [("completed", {"booked": False, "reason": "cancel"})]
-    assert session.journal == [
-        {"seq": 1, "kind": "elicit", "key": "pick_hotel", "result": {"action": "cancel"}}
-    ]
+    [entry] = session.journal
+    assert {k: entry[k] for k in ("seq", "kind", "key", "result", "scope", "pos")} == {
+        "seq": 1,
+        "kind": "elicit",
+        "key": "pick_hotel",
+        "result": {"action": "cancel"},
+        "scope": "",
+        "pos": 1,
+    }
     assert mgr.get("idle") is None
     await mgr.shutdown()
 
@@ -367,3 +383,79 @@ async def test_unknown_session_errors(manager: SessionManager) -> None:
 async def test_cancel_result_objects_compare_by_value() -> None:
     assert Cancel() == Cancel() and Decline() != Cancel()
     assert Accept({"a": 1}).accepted and not Decline().accepted and Cancel().content is None
+
+
+class FlakyStore:
+    """A ``JournalStore`` that refuses writes, or says another worker took the call."""
+
+    def __init__(self, *, write_error: Exception | None = None, lost: bool = False) -> None:
+        self.write_error, self.lost = write_error, lost
+        self.appended: list[str] = []
+
+    async def append(self, session: Any, entry: JournalEntry) -> None:
+        if self.write_error is not None:
+            raise self.write_error
+        self.appended.append(entry.key)
+
+    async def check_held(self, session: Any) -> None:
+        if self.lost:
+            raise ClaimLost(session.id, "this-host:1", "other-host:2")
+
+
+async def test_a_failed_journal_write_ends_the_session_even_if_the_tool_swallows_it() -> None:
+    effects: list[str] = []
+
+    async def body(params: Any, ctx: Any) -> str:
+        with contextlib.suppress(Exception):  # a careless tool: it must still never go on
+            await ctx.elicit("pick_hotel", message="Which?")
+        effects.append("tried")
+        await ctx.step("book", effects.append, "booked")
+        return "done"
+
+    store = FlakyStore(write_error=OSError("disk full"))
+    mgr = SessionManager(sampler=LiteLLMSampler("offline/test"), journal_store=store)
+    try:
+        tool = create_mcp_tool("careless").elicits(pick_hotel=PickHotel).execute(body)
+        session = await mgr.create(tool, {}, call_id="c1")
+        [(kind, elicit_id, _)] = await until_pause(session)
+        await session.respond_to_elicit(elicit_id, Accept({"hotel": "Harbour Inn"}))
+        assert await until_pause(session) == [
+            (
+                "failed",
+                "JournalWriteFailed: The answer could not be recorded (OSError: disk full); the "
+                "call was stopped so it never acts on an answer that is not on record.",
+            )
+        ]
+        assert effects == ["tried"]  # the step's side effect never ran
+        assert session.journal == []  # nothing unrecorded is kept either
+    finally:
+        await mgr.shutdown()
+
+
+async def test_a_step_does_not_run_once_another_worker_holds_the_call() -> None:
+    effects: list[str] = []
+
+    async def body(params: Any, ctx: Any) -> None:
+        await ctx.step("charge", effects.append, "charged")
+
+    store = FlakyStore(lost=True)
+    mgr = SessionManager(sampler=LiteLLMSampler("offline/test"), journal_store=store)
+    try:
+        tool = create_mcp_tool("charge").elicits().execute(body)
+        session = await mgr.create(tool, {}, call_id="c2")
+        assert await until_pause(session) == [
+            (
+                "failed",
+                "ClaimLost: Another worker took this call over (other-host:2 holds call 'c2', "
+                "not this-host:1); this copy stopped so that only the holder acts on the call.",
+            )
+        ]
+        assert effects == [] and store.appended == []
+    finally:
+        await mgr.shutdown()
+
+
+async def test_a_manager_without_a_store_keeps_the_journal_in_memory() -> None:
+    mgr = SessionManager()
+    assert isinstance(mgr.journal_store, MemoryJournalStore)
+    await mgr.shutdown()

@@ -130,11 +130,12 @@ class ToolSession(models.Model):
         return self.status in ACTIVE_STATUSES
 
     def journal_entries(self) -> list[dict[str, Any]]:
-        """The recorded journal in ``seq`` order: what a replay of this call starts from."""
-        return [
-            {"seq": r.seq, "kind": r.kind, "key": r.key, "result": r.result}
-            for r in self.journal.exclude(result=None)
-        ]
+        """The recorded journal in ``seq`` order: what a replay of this call starts from.
+
+        Rows written before scopes existed have no ``pos``: they go out without scope, pos
+        and digest, which ``Journal`` reads as the tool body's entries in ``seq`` order.
+        """
+        return [r.entry() for r in self.journal.exclude(result=None)]
 
 
 class JournalRecord(models.Model):
@@ -143,7 +144,16 @@ class JournalRecord(models.Model):
     KINDS = [("elicit", "elicit"), ("sample", "sample"), ("step", "step")]
 
     session = models.ForeignKey(ToolSession, related_name="journal", on_delete=models.CASCADE)
-    seq = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField(help_text="global order of recording within the call")
+    scope = models.CharField(
+        max_length=200, blank=True, default="", help_text='branch path: "" is the tool body'
+    )
+    pos = models.PositiveIntegerField(
+        null=True, blank=True, help_text="position within the scope (empty on old rows)"
+    )
+    digest = models.CharField(
+        max_length=64, blank=True, default="", help_text="sha256 of the request"
+    )
     kind = models.CharField(max_length=10, choices=KINDS)
     key = models.CharField(max_length=100)
     elicit_id = models.CharField(max_length=300, blank=True, default="", db_index=True)
@@ -158,11 +168,25 @@ class JournalRecord(models.Model):
     class Meta:
         ordering = ["session", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["session", "seq"], name="journal_seq_unique")
+            models.UniqueConstraint(fields=["session", "seq"], name="journal_seq_unique"),
+            # A call's slot is written once: a second writer (a stale worker) fails here.
+            models.UniqueConstraint(fields=["session", "scope", "pos"], name="journal_slot_unique"),
         ]
 
     def __str__(self) -> str:
         return f"{self.seq}. {self.kind} {self.key}"
+
+    def entry(self) -> dict[str, Any]:
+        """This record as a journal entry (``JournalEntry.from_dict`` reads it)."""
+        data: dict[str, Any] = {
+            "seq": self.seq,
+            "kind": self.kind,
+            "key": self.key,
+            "result": self.result,
+        }
+        if self.pos is not None:
+            data.update(scope=self.scope, pos=self.pos, digest=self.digest or None)
+        return data
 
     @property
     def latency_seconds(self) -> float | None:

@@ -1,4 +1,11 @@
-"""Keeps ``ToolSession`` and ``JournalRecord`` rows in step with the live sessions."""
+"""Keeps ``ToolSession`` and ``JournalRecord`` rows in step with the live sessions.
+
+Two roles: ``DjangoRecorder.append`` is the session's ``JournalStore`` (a journal entry is
+durable, and written only by the worker holding the call, or the call stops); the rest is
+its ``SessionObserver`` (status, requests, refused answers: best effort, for the admin).
+Every write about a call is fenced on ``ToolSession.worker``: a worker that lost the call
+never overwrites what the new holder records.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,15 @@ import os
 import socket
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from chatbridge.chat.models import JournalRecord, ToolSession
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.events import SessionEvent
+from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.journal import EntryKind, JournalEntry
 from chatbridge.core.sessions import PluginSession
 
@@ -60,39 +71,62 @@ def _status_snapshot(session: PluginSession) -> dict[str, Any]:
     return {"status": session.status, "updated_at": timezone.now(), **_pending_fields(session)}
 
 
+def _held(session_id: str) -> QuerySet[ToolSession]:
+    """This worker's row of the call (a queryset, empty once another worker holds it)."""
+    return ToolSession.objects.filter(pk=session_id, worker=WORKER_ID)
+
+
 def _status_fields(session_id: str, fields: dict[str, Any]) -> None:
-    ToolSession.objects.filter(pk=session_id).update(**fields)
+    _held(session_id).update(**fields)
 
 
 def _requested(
     session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
 ) -> None:
-    JournalRecord.objects.update_or_create(
-        session_id=session_id,
-        seq=seq,
-        defaults={
-            "kind": kind,
-            "key": key,
-            "elicit_id": str(request.get("elicit_id") or ""),
-            "request": request,
-            "requested_at": at,
-        },
-    )
+    if not _held(session_id).exists():
+        return
+    fields = {
+        "kind": kind,
+        "key": key,
+        "elicit_id": str(request.get("elicit_id") or ""),
+        "request": request,
+        "requested_at": at,
+    }
+    rows = JournalRecord.objects.filter(session_id=session_id, seq=seq)
+    if not rows.filter(result__isnull=True).update(**fields) and not rows.exists():
+        JournalRecord.objects.create(session_id=session_id, seq=seq, **fields)
 
 
-def _recorded(session_id: str, entry: JournalEntry, now: Any) -> None:
-    updated = JournalRecord.objects.filter(session_id=session_id, seq=entry.seq).update(
-        result=entry.result, answered_at=now
-    )
-    if not updated:  # not announced (cannot happen for live calls; keep the journal whole)
-        JournalRecord.objects.create(
+def _holder(session_id: str, *, lock: bool = False) -> str:
+    """The worker holding the call; ``ClaimLost`` unless it is this one."""
+    rows = ToolSession.objects.select_for_update() if lock else ToolSession.objects
+    holder = rows.filter(pk=session_id).values_list("worker", flat=True).first()
+    if holder is None:
+        raise LookupError(f"no tool session row {session_id!r} to record the journal in")
+    if holder != WORKER_ID:
+        raise ClaimLost(session_id, WORKER_ID, holder)
+    return holder
+
+
+def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
+    """Write ``entry`` in one transaction with the check that this worker holds the call."""
+    with transaction.atomic():
+        _holder(session_id, lock=True)
+        # The (session, scope, pos) constraint refuses a second writer of the same slot.
+        fields = {
+            "kind": entry.kind,
+            "key": entry.key,
+            "scope": entry.scope,
+            "pos": entry.pos,
+            "digest": entry.digest or "",
+            "result": entry.result,
+            "answered_at": now,
+        }
+        JournalRecord.objects.update_or_create(
             session_id=session_id,
             seq=entry.seq,
-            kind=entry.kind,
-            key=entry.key,
-            result=entry.result,
-            requested_at=now,
-            answered_at=now,
+            defaults=fields,
+            create_defaults={**fields, "requested_at": now},
         )
 
 
@@ -124,15 +158,22 @@ def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, An
 
 
 def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
-    ToolSession.objects.filter(pk=session_id).update(**fields)
+    _held(session_id).update(**fields)
 
 
 class DjangoRecorder:
-    """``SessionObserver`` writing to the ORM through the process's ordered background writer.
+    """``JournalStore`` and ``SessionObserver`` on the ORM, through the ordered writer.
 
     Status changes, requests and refused answers are queued; the session row and each journal
-    entry are waited for (the entry exists before the tool acts on the answer).
+    entry are waited for (the entry exists before the tool acts on the answer). A failed
+    journal write raises to the session, which stops the call.
     """
+
+    async def append(self, session: PluginSession, entry: JournalEntry) -> None:
+        await write_now(_append, session.id, entry, timezone.now())
+
+    async def check_held(self, session: PluginSession) -> None:
+        await sync_to_async(_holder)(session.id)
 
     async def session_started(self, session: PluginSession) -> None:
         await write_now(_started, session)
@@ -152,7 +193,7 @@ class DjangoRecorder:
         write_later(_requested, session.id, seq, kind, key, request, timezone.now())
 
     async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
-        await write_now(_recorded, session.id, entry, timezone.now())
+        return None  # ``append`` wrote it, durably, before the tool went on
 
     async def answer_rejected(
         self,

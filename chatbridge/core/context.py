@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -24,12 +24,19 @@ from chatbridge.core.elicit import (
     validate_result,
 )
 from chatbridge.core.exceptions import (
+    ChatBridgeError,
     ElicitAlreadyPending,
     ElicitInBranch,
     SessionAborted,
     UnknownElicitKey,
 )
-from chatbridge.core.journal import EntryKind, Journal, JournalEntry, to_json_value
+from chatbridge.core.journal import (
+    EntryKind,
+    Journal,
+    JournalEntry,
+    request_digest,
+    to_json_value,
+)
 from chatbridge.core.sampling import SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
 
@@ -60,10 +67,10 @@ class CapabilityHost(Protocol):
         """Publish a progress note."""
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
-        """A live capability call starts."""
+        """A live capability call starts; raising before a step keeps its effect from running."""
 
     async def recorded(self, entry: JournalEntry) -> None:
-        """A capability result was journaled."""
+        """Make a capability result durable; raising stops the call (the tool never sees it)."""
 
 
 class CallRuntime:
@@ -82,10 +89,28 @@ class CallRuntime:
         self.elicit_seq = 0
         self.pending: ElicitId | None = None
         self.aborted: SessionAborted | None = None
+        # Set when the call must not go on (its journal could not be written): every later
+        # capability call raises it, whatever the tool caught.
+        self.stopped: ChatBridgeError | None = None
 
     def check_aborted(self) -> None:
         if self.aborted is not None:
             raise self.aborted
+        if self.stopped is not None:
+            raise self.stopped
+
+    async def guarded(self, awaitable: Awaitable[T]) -> T:
+        """Await a host's bookkeeping; its ``ChatBridgeError`` stops the call for good."""
+        try:
+            return await awaitable
+        except ChatBridgeError as exc:
+            self.stopped = self.stopped or exc
+            raise
+
+    async def record(self, entry: JournalEntry) -> None:
+        """Hand ``entry`` to the host to make durable, then keep it; a failure stops the call."""
+        await self.guarded(self.host.recorded(entry))
+        self.journal.add(entry)
 
     async def shield_abort(self, awaitable: Awaitable[T]) -> T:
         """Await, turning the cancellation that ``abort()`` causes into ``SessionAborted``."""
@@ -100,11 +125,23 @@ class CallRuntime:
 
 
 class ToolContext:
-    """What a tool body calls; ``depth`` is 0 in the tool, 1+ inside ``ctx.branch``."""
+    """What a tool body calls; ``depth`` is 0 in the tool, 1+ inside ``ctx.branch``.
 
-    def __init__(self, runtime: CallRuntime, depth: int = 0) -> None:
+    ``scope`` is the branch path (``""`` in the tool body, ``"2.1"`` in the first branch of
+    its second branch); each capability call takes the next position in its scope, which
+    with the scope identifies it in the journal.
+    """
+
+    def __init__(self, runtime: CallRuntime, depth: int = 0, scope: str = "") -> None:
         self._rt = runtime
         self.depth = depth
+        self.scope = scope
+        self._positions = 0
+        self._branches = 0
+
+    def _next_pos(self) -> int:
+        self._positions += 1
+        return self._positions
 
     @property
     def call_id(self) -> str:
@@ -116,7 +153,7 @@ class ToolContext:
 
     @property
     def replaying(self) -> bool:
-        """True while the call is being replayed from its journal."""
+        """True while recorded journal entries remain unconsumed by this run."""
         return self._rt.journal.replaying
 
     async def elicit(
@@ -145,15 +182,17 @@ class ToolContext:
             raise ElicitAlreadyPending(rt.tool.name, key, str(rt.pending))
         plain_context = to_json_value(context, f"The context of elicitation {key!r}")
         plain_ui = None if ui is None else to_json_value(ui, f"The ui of elicitation {key!r}")
-        seq = rt.journal.next_seq()
+        pos = self._next_pos()
         rt.elicit_seq += 1
         elicit_id = ElicitId(rt.tool.name, key, rt.call_id, rt.elicit_seq)
-        entry = rt.journal.recorded(seq, "elicit", key)
+        digest = request_digest({"key": key, "message": message, "context": plain_context})
+        entry = rt.journal.recorded(self.scope, pos, "elicit", key, digest)
         if entry is not None:
             return validate_result(
                 result_from_dict(entry.result), model, str(elicit_id), context=plain_context
             )
         request = ElicitRequest.build(elicit_id, model, message, plain_context, rt.params, plain_ui)
+        seq = rt.journal.next_seq()
         await rt.host.requested(seq, "elicit", key, request.to_dict())
         rt.pending = elicit_id
         try:
@@ -162,7 +201,9 @@ class ToolContext:
             rt.pending = None
         # hosts validate; be sure
         result = validate_result(result, model, str(elicit_id), context=request.context)
-        await rt.host.recorded(rt.journal.record(seq, "elicit", key, result_to_dict(result)))
+        await rt.record(
+            JournalEntry(seq, "elicit", key, result_to_dict(result), self.scope, pos, digest)
+        )
         return result
 
     async def sample(
@@ -176,18 +217,19 @@ class ToolContext:
         rt = self._rt
         rt.check_aborted()
         request = SampleRequest.build(prompt, system, max_tokens)
-        seq = rt.journal.next_seq()
-        entry = rt.journal.recorded(seq, "sample", "sample")
+        pos = self._next_pos()
+        # The system prompt is the first of ``messages``: the digest covers it.
+        wire = {"messages": request.messages, "max_tokens": request.max_tokens}
+        digest = request_digest(wire)
+        entry = rt.journal.recorded(self.scope, pos, "sample", "sample", digest)
         if entry is not None:
             return SampleResult.from_dict(entry.result)
-        await rt.host.requested(
-            seq,
-            "sample",
-            "sample",
-            {"messages": request.messages, "max_tokens": request.max_tokens},
-        )
+        seq = rt.journal.next_seq()
+        await rt.host.requested(seq, "sample", "sample", wire)
         result = await rt.shield_abort(rt.host.complete(request))
-        await rt.host.recorded(rt.journal.record(seq, "sample", "sample", result.to_dict()))
+        await rt.record(
+            JournalEntry(seq, "sample", "sample", result.to_dict(), self.scope, pos, digest)
+        )
         return result
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -198,12 +240,15 @@ class ToolContext:
         """
         rt = self._rt
         rt.check_aborted()
-        seq = rt.journal.next_seq()
-        entry = rt.journal.recorded(seq, "step", name)
+        pos = self._next_pos()
+        digest = request_digest({"name": name, "args": args})
+        entry = rt.journal.recorded(self.scope, pos, "step", name, digest)
         if entry is not None:
             return entry.result["value"]
-        await rt.host.requested(
-            seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
+        seq = rt.journal.next_seq()
+        # The host may refuse here (this worker lost the call): the side effect never runs.
+        await rt.guarded(
+            rt.host.requested(seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)})
         )
         if inspect.iscoroutinefunction(fn):
             raw = await rt.shield_abort(fn(*args))
@@ -212,7 +257,7 @@ class ToolContext:
             if inspect.isawaitable(raw):
                 raw = await rt.shield_abort(raw)
         value = to_json_value(raw, f"The result of step {name!r}")
-        await rt.host.recorded(rt.journal.record(seq, "step", name, {"value": value}))
+        await rt.record(JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest))
         return value
 
     async def log(self, level: str, message: str, **data: Any) -> None:
@@ -237,7 +282,19 @@ class ToolContext:
         if not self._rt.journal.replaying:
             await self._rt.host.emit_progress(message, progress, total)
 
-    async def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit."""
+    def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Coroutine[Any, Any, T]:
+        """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit.
+
+        Use it as ``await ctx.branch(fn, ...)``. The branch's scope is fixed here, when
+        ``branch`` is called (source order), not when its coroutine first runs, so
+        ``asyncio.gather(ctx.branch(a), ctx.branch(b))`` replays deterministically.
+        """
+        self._branches += 1
+        scope = f"{self.scope}.{self._branches}" if self.scope else str(self._branches)
+        return self._run_branch(ToolContext(self._rt, self.depth + 1, scope), fn, args)
+
+    async def _run_branch(
+        self, child: ToolContext, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
+    ) -> T:
         self._rt.check_aborted()
-        return await fn(ToolContext(self._rt, self.depth + 1), *args)
+        return await fn(child, *args)

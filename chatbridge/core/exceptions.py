@@ -11,12 +11,14 @@ from typing import Any
 
 __all__ = [
     "ChatBridgeError",
+    "ClaimLost",
     "DuplicateSession",
     "ElicitAlreadyPending",
     "ElicitInBranch",
     "ElicitNotPending",
     "ElicitValidationError",
     "InvalidToolParams",
+    "JournalWriteFailed",
     "NotSerializable",
     "PluginDefinitionError",
     "ReplayDivergence",
@@ -211,11 +213,35 @@ class SessionAborted(ChatBridgeError):
 class ReplayDivergence(ChatBridgeError):
     """A replayed tool made a different capability call than the journal recorded."""
 
-    def __init__(self, tool: str, seq: int, recorded: str, attempted: str) -> None:
-        self.tool, self.seq = tool, seq
+    def __init__(self, tool: str, scope: str, pos: int, recorded: str, attempted: str) -> None:
+        self.tool, self.scope, self.pos = tool, scope, pos
         self.recorded, self.attempted = recorded, attempted
+        where = "the tool body" if scope == "" else f"branch {scope}"
         super().__init__(
-            f"Replay of tool {tool!r} diverged at journal entry {seq}: the journal recorded "
-            f"{recorded}, the tool now called {attempted}. Apart from ctx calls and ctx.step, "
-            "a tool must be deterministic; wrap other side effects in ctx.step()."
+            f"Replay of tool {tool!r} diverged at position {pos} of {where}: the journal "
+            f"recorded {recorded}, the tool now called {attempted}. Apart from ctx calls and "
+            "ctx.step, a tool must be deterministic; wrap other side effects in ctx.step()."
+        )
+
+
+class JournalWriteFailed(ChatBridgeError):
+    """A capability result could not be made durable, so the call was stopped."""
+
+    def __init__(self, session_id: str, cause: str) -> None:
+        self.session_id, self.cause = session_id, cause
+        super().__init__(
+            f"The answer could not be recorded ({cause}); the call was stopped so it never "
+            "acts on an answer that is not on record."
+        )
+
+
+class ClaimLost(ChatBridgeError):
+    """Another worker took the call over; this worker's copy must stop."""
+
+    def __init__(self, session_id: str, worker: str, holder: str) -> None:
+        self.session_id, self.worker, self.holder = session_id, worker, holder
+        super().__init__(
+            f"Another worker took this call over ({holder or 'nobody'} holds call "
+            f"{session_id!r}, not {worker}); this copy stopped so that only the holder acts on the "
+            "call."
         )

@@ -2,7 +2,8 @@
 
 Every method is awaited at the point the session reaches it, in order, so a recorder that
 writes each call sees a complete and ordered history. A failing observer is logged and never
-breaks the tool.
+breaks the tool: observing is best effort. What must not be lost, the journal, goes through
+the session's ``JournalStore`` (core/journal.py) instead, whose failure stops the call.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SessionObserver(Protocol):
         """A live ``elicit``/``sample``/``step`` call starts (replayed ones are not reported)."""
 
     async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
-        """Its result was appended to the journal."""
+        """Its result was appended to the journal (and the journal store accepted it)."""
 
     async def answer_rejected(
         self,

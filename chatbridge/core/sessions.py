@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -43,10 +43,18 @@ from chatbridge.core.exceptions import (
     DuplicateSession,
     ElicitNotPending,
     ElicitValidationError,
+    JournalWriteFailed,
     SessionAborted,
     SessionNotFound,
 )
-from chatbridge.core.journal import EntryKind, Journal, JournalEntry, to_json_value
+from chatbridge.core.journal import (
+    EntryKind,
+    Journal,
+    JournalEntry,
+    JournalStore,
+    MemoryJournalStore,
+    to_json_value,
+)
 from chatbridge.core.observer import SessionObserver, observe
 from chatbridge.core.sampling import LiteLLMSampler, Sampler, SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
@@ -92,6 +100,7 @@ class PluginSession:
         clock: Clock = time.monotonic,
         on_finish: Callable[[PluginSession], None] | None = None,
         observer: SessionObserver | None = None,
+        journal_store: JournalStore | None = None,
         meta: Mapping[str, str] | None = None,
     ) -> None:
         self.tool = tool
@@ -99,6 +108,7 @@ class PluginSession:
         self.params = params
         self.meta = dict(meta or {})
         self.observer = observer
+        self.journal_store: JournalStore = journal_store or MemoryJournalStore()
         self.aborted_by: str | None = None
         self._journal = Journal(tool.name, journal)
         self._sampler = sampler
@@ -336,10 +346,26 @@ class PluginSession:
                 await observe(self.observer, "status_changed", self)
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
+        if kind == "step":  # a side effect runs only while this worker holds the call
+            await self._durably(self.journal_store.check_held(self))
         await observe(self.observer, "capability_requested", self, seq, kind, key, request)
 
     async def recorded(self, entry: JournalEntry) -> None:
+        # Durable first: the tool goes on only once its store holds the entry.
+        await self._durably(self.journal_store.append(self, entry))
         await observe(self.observer, "capability_recorded", self, entry)
+
+    async def _durably(self, write: Awaitable[None]) -> None:
+        """Await the journal store: its ``ChatBridgeError`` (another worker took the call)
+        says what happened; any other failure is a journal write that did not happen."""
+        try:
+            await write
+        except ChatBridgeError:
+            raise
+        except Exception as exc:
+            logger.warning("journal write of session %s failed: %r", self.id, exc)
+            first_line = next(iter(str(exc).splitlines()), "")  # PostgreSQL adds CONTEXT lines
+            raise JournalWriteFailed(self.id, f"{type(exc).__name__}: {first_line}") from exc
 
     async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
         self._emit(LogEvent(self.id, level, message, data))
@@ -371,10 +397,16 @@ class PluginSession:
         except Exception as exc:  # any tool bug ends the session as failed, never the process
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
-            self._finish(FailedEvent(self.id, f"{type(exc).__name__}: {exc}", exc), "failed")
+            cause = self._runtime.stopped or exc  # what stopped the call, whatever it raised
+            self._finish(FailedEvent(self.id, f"{type(cause).__name__}: {cause}", cause), "failed")
         else:
+            stopped = self._runtime.stopped
             if self._runtime.aborted is not None:  # it swallowed SessionAborted
                 self._finish(AbortedEvent(self.id, self._runtime.aborted.reason), "aborted")
+            elif stopped is not None:  # it swallowed the failed journal write
+                self._finish(
+                    FailedEvent(self.id, f"{type(stopped).__name__}: {stopped}", stopped), "failed"
+                )
             else:
                 self._finish(CompletedEvent(self.id, result), "completed")
         await observe(self.observer, "session_ended", self, self._terminal)
@@ -411,6 +443,8 @@ class SessionManager:
 
     Args:
         sampler: completes ``ctx.sample`` calls; default litellm with ``CHATBRIDGE_MODEL``.
+        journal_store: makes each journal entry durable before the tool goes on; its failure
+            stops the call (default: memory only).
         idle_timeout: seconds a session may wait for an answer before it is aborted
             (``None`` disables expiry).
     """
@@ -422,12 +456,14 @@ class SessionManager:
         idle_timeout: float | None = 3600.0,
         clock: Clock = time.monotonic,
         observer: SessionObserver | None = None,
+        journal_store: JournalStore | None = None,
     ) -> None:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive or None, got {idle_timeout!r}")
         self.sampler: Sampler = sampler or LiteLLMSampler()
         self.idle_timeout = idle_timeout
         self.observer = observer
+        self.journal_store: JournalStore = journal_store or MemoryJournalStore()
         self._clock = clock
         self._sessions: dict[str, PluginSession] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -459,6 +495,7 @@ class SessionManager:
             clock=self._clock,
             on_finish=self._forget,
             observer=self.observer,
+            journal_store=self.journal_store,
             meta=meta,
         )
         self._sessions[call_id] = session

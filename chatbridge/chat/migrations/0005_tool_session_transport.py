@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("chatbridge_chat", "0003_resumes")]
+    dependencies = [("chatbridge_chat", "0004_journal_scope")]
 
     operations = [
         migrations.AddField(
