@@ -27,6 +27,7 @@ from chatbridge.core.conversation import (
     TurnLeases,
     dangling_calls,
 )
+from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.forms import FormRenderer
 from chatbridge.core.plugins import FormPost, PluginRegistry
 from chatbridge.core.protocol import (
@@ -482,6 +483,8 @@ class ChatHub:
                     return_exceptions=True,
                 )
                 await self._append_results(conv, [c.id for c in reply.tool_calls], outcomes)
+        except ClaimLost as lost:  # another worker holds a call of this turn: it goes on there
+            logger.info("turn of conversation %s stopped here: %s", conv.id, lost)
         except Exception:  # a bug in a turn must not take the conversation down
             logger.exception("turn of conversation %s failed", conv.id)
             failed = ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry.")
@@ -518,6 +521,9 @@ class ChatHub:
         call_ids: Sequence[str],
         outcomes: Sequence[str | BaseException],
     ) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, ClaimLost):  # a stale copy: record nothing, stop the turn
+                raise outcome
         for call_id, outcome in zip(call_ids, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 logger.error("tool call %s failed", call_id, exc_info=outcome)

@@ -16,7 +16,7 @@ from chatbridge.core.conversation import (
     ResumableCall,
 )
 from chatbridge.core.elicit import ElicitRequest, result_to_dict
-from chatbridge.core.exceptions import DuplicateSession, InvalidToolParams
+from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
 from chatbridge.core.observer import observe
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
@@ -167,6 +167,8 @@ class ToolCallRunner:
                 )
                 return json.dumps(event.result, ensure_ascii=False)
             elif event.type == "failed":
+                if isinstance(event.exception, ClaimLost):
+                    raise event.exception  # handed over: the holder reports the call, not us
                 await self.sink(
                     conv.id, started.model_copy(update={"status": "failed", "error": event.error})
                 )
