@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -35,7 +32,7 @@ from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.data import search_flights, seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.conftest import MCP_REQUEST_TIMEOUT
-from tests.servers import ROOT, free_port, stop, wait_for_port
+from tests.servers import free_port, migrated_env, start_uvicorn, stop
 
 ROUTE = {"origin": "JFK", "destination": "LAX"}
 FLIGHTS = search_flights("JFK", "LAX")
@@ -355,35 +352,11 @@ async def test_expired_request_state_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def uvicorn_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    database = tmp_path_factory.mktemp("uvicorn") / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-    }
+    """uvicorn with the lifespan on, over a migrated database (every MCP call is on record)."""
+    env = migrated_env(tmp_path_factory.mktemp("uvicorn") / "db.sqlite3")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "chatbridge.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "on",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_uvicorn(port, env)
     try:
-        wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
+from chatbridge.chat.models import ToolSession
+from chatbridge.chat.writer import flush
 from chatbridge.core.engine import ChatHub
 from chatbridge.core.protocol import ChatEvent
 from chatbridge.core.sampling import LiteLLMSampler
@@ -95,10 +97,16 @@ async def test_deny_tells_the_model_the_reason() -> None:
     chat = await ChatClient.start()
     await chat.send_user("Send feedback")
     request = await chat.next("approval_request")
+    # The call is a session already, on record (the admin lists it) and waiting for approval.
+    row = await ToolSession.objects.aget(pk=request["call_id"])
+    assert (row.status, row.pending_key) == ("awaiting_elicit", "__approval__")
     await chat.send({"type": "deny", "call_id": request["call_id"], "reason": "not today"})
     denied = await chat.next("tool_call", status="denied")
     assert denied["error"] == "Denied by the user: not today"
     reply = await chat.next("assistant_message")
+    await flush()  # the call's end is on record before the model's reply
+    row = await ToolSession.objects.aget(pk=request["call_id"])
+    assert (row.status, row.aborted_by, row.error) == ("aborted", "approval", denied["error"])
     assert reply["content"] == (
         "Sorry, send feedback did not work: Error: The user denied this tool call: not today "
         "You can try again or rephrase."

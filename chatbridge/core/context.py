@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from chatbridge.core.approval import APPROVAL_KEY, Approval, approval_message
 from chatbridge.core.elicit import (
     ElicitId,
     ElicitRequest,
@@ -171,11 +172,30 @@ class ToolContext:
         ui: dict[str, Any] | None = None,
     ) -> ElicitResult[Any]:
         """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
+        model: type[BaseModel] | None = self._rt.tool.elicits.get(key)
+        if model is None:
+            self._rt.check_aborted()
+            raise UnknownElicitKey(self._rt.tool.name, key, self._rt.tool.elicits)
+        return await self._ask(key, model, message, context, ui)
+
+    async def ask_approval(self) -> ElicitResult[Approval]:
+        """The call's approval question (tools declared with ``.needs_approval()``), asked by
+        the session before the tool body runs; journaled like any answer."""
+        rt = self._rt
+        message = approval_message(rt.tool.name, rt.params)
+        context = {"tool": rt.tool.name, "arguments": rt.params}
+        return await self._ask(APPROVAL_KEY, Approval, message, context, None)
+
+    async def _ask(
+        self,
+        key: str,
+        model: type[BaseModel],
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None,
+    ) -> ElicitResult[Any]:
         rt = self._rt
         rt.check_aborted()
-        model: type[BaseModel] | None = rt.tool.elicits.get(key)
-        if model is None:
-            raise UnknownElicitKey(rt.tool.name, key, rt.tool.elicits)
         if self.depth > 0:
             raise ElicitInBranch(rt.tool.name, key, self.depth)
         if rt.pending is not None:

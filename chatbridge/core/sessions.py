@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from chatbridge.core.approval import DENIED_BY, denial_reason
 from chatbridge.core.context import CallRuntime, ToolContext
 from chatbridge.core.elicit import (
     Cancel,
@@ -380,6 +381,8 @@ class PluginSession:
     async def _run(self) -> None:
         ctx = ToolContext(self._runtime)
         try:
+            if self.tool.needs_approval:
+                await self._approve(ctx)
             raw = await self.tool.fn(self.params, ctx)
             result = to_json_value(raw, f"The result of tool {self.tool_name!r}")
         except SessionAborted as exc:
@@ -410,6 +413,15 @@ class PluginSession:
             else:
                 self._finish(CompletedEvent(self.id, result), "completed")
         await observe(self.observer, "session_ended", self, self._terminal)
+
+    async def _approve(self, ctx: ToolContext) -> None:
+        """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""
+        reason = denial_reason(await ctx.ask_approval())
+        if reason is not None:
+            self.aborted_by = DENIED_BY
+            raise SessionAborted(
+                self.id, f"Denied by the user: {reason}" if reason else "Denied by the user."
+            )
 
     def _set_status(self, status: SessionStatus) -> None:
         if self._terminal is None:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from chatbridge.core.approval import APPROVAL_KEY, DENIED_BY
 from chatbridge.core.completion import ToolCallRequest
 from chatbridge.core.conversation import (
     ConversationRuntime,
@@ -15,7 +16,7 @@ from chatbridge.core.conversation import (
     PendingApproval,
     ResumableCall,
 )
-from chatbridge.core.elicit import ElicitRequest, result_to_dict
+from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
 from chatbridge.core.observer import observe
@@ -66,17 +67,6 @@ class ToolCallRunner:
         if not isinstance(arguments, dict):
             return f"Error: Arguments for tool {call.name!r} must be a JSON object."
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
-        if plugin.tool.needs_approval:
-            approved, reason = await self._approval(conv, call.id, call.name, arguments)
-            if not approved:
-                why = f": {reason}" if reason else "."
-                await self.sink(
-                    conv.id,
-                    event.model_copy(
-                        update={"status": "denied", "error": f"Denied by the user{why}"}
-                    ),
-                )
-                return f"Error: The user denied this tool call{why}"
         try:
             session = await self.manager.create(
                 plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
@@ -118,16 +108,25 @@ class ToolCallRunner:
         return await self._drive(conv, plugin, session, started)
 
     async def _approval(
-        self, conv: ConversationRuntime, call_id: str, tool_name: str, arguments: dict[str, Any]
-    ) -> tuple[bool, str]:
+        self, conv: ConversationRuntime, session: PluginSession, request: ElicitRequest
+    ) -> None:
+        """The call's approval question, shown as the chat's approve/deny prompt."""
+        call_id, arguments = session.call_id, session.params.model_dump(mode="json")
         decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
-        conv.approvals[call_id] = PendingApproval(call_id, tool_name, arguments, decision)
-        request = ApprovalRequest(call_id=call_id, tool_name=tool_name, arguments=arguments)
-        await self.sink(conv.id, request)
+        conv.approvals[call_id] = PendingApproval(call_id, session.tool_name, arguments, decision)
+        prompt = ApprovalRequest(call_id=call_id, tool_name=session.tool_name, arguments=arguments)
+        await self.sink(conv.id, prompt)
         await self.set_phase(conv, conv.waiting_phase())
+        ended = asyncio.create_task(session.wait_finished())
         try:
-            return await decision
+            waits: set[asyncio.Future[Any]] = {decision, ended}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if decision.done():
+                approved, reason = decision.result()
+                answer = {"approve": approved, "reason": reason}
+                await session.respond_to_elicit(request.id, Accept(answer))
         finally:
+            ended.cancel()
             conv.approvals.pop(call_id, None)
             await self.set_phase(conv, conv.waiting_phase())
 
@@ -158,6 +157,8 @@ class ToolCallRunner:
                         total=event.total,
                     ),
                 )
+            elif event.type == "elicit" and event.request.key == APPROVAL_KEY:
+                await self._approval(conv, session, event.request)
             elif event.type == "elicit":
                 await self._answer(conv, plugin, session, event.request)
             elif event.type == "completed":
@@ -173,6 +174,11 @@ class ToolCallRunner:
                     conv.id, started.model_copy(update={"status": "failed", "error": event.error})
                 )
                 return f"Error: The tool failed: {event.error}"
+            elif session.aborted_by == DENIED_BY:
+                denied = {"status": "denied", "error": event.reason}
+                await self.sink(conv.id, started.model_copy(update=denied))
+                why = event.reason.removeprefix("Denied by the user")
+                return f"Error: The user denied this tool call{why}"
             else:
                 await self.sink(
                     conv.id, started.model_copy(update={"status": "aborted", "error": event.reason})

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import mcp_types as types
+from pydantic import BaseModel
 
+from chatbridge.core.approval import APPROVAL_KEY, DENIED_BY, Approval
 from chatbridge.core.elicit import ElicitId, ElicitRequest, result_to_dict, validate_result
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitValidationError
@@ -110,6 +112,8 @@ def final_result(
         return error_of(f"The tool failed: {error}")
     if aborted_by.startswith("operator"):
         return error_of(f"An operator stopped this tool call: {error}")
+    if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
+        return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
     return error_of(f"The tool call was aborted: {error}")
 
 
@@ -257,7 +261,8 @@ class Rounds:
         if raw is None:
             return refused
         try:
-            given = validate_result(_answer(raw), tool.elicits[wanted.key], elicit_id)
+            models: dict[str, type[BaseModel]] = {APPROVAL_KEY: Approval, **tool.elicits}
+            given = validate_result(_answer(raw), models[wanted.key], elicit_id)
         except (ElicitValidationError, KeyError, ValueError):
             return refused
         return None if result_to_dict(given) == recorded else refused

@@ -23,7 +23,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
+from chatbridge.core.approval import APPROVAL_KEY, Approval
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession, SessionManager
@@ -106,6 +108,12 @@ def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     return _header(ctx, "mcp-session-id")
 
 
+def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
+    """Every question a call of ``tool`` may ask: its keys, and the approval if it needs one."""
+    approval = {APPROVAL_KEY: Approval} if tool.needs_approval else {}
+    return {**approval, **tool.elicits}
+
+
 def _hint_fields(hints: dict[str, bool]) -> dict[str, bool]:
     """``ToolHints`` names → MCP ``ToolAnnotations`` field names."""
     return {f"{name}_hint": value for name, value in hints.items()}
@@ -131,7 +139,7 @@ class McpBridge:
         self.render_ui = render_ui
         # Refuse models MCP forms cannot carry now, not on the first call.
         self.flat = {
-            name: {key: flat_schema(name, key, model) for key, model in tool.elicits.items()}
+            name: {key: flat_schema(name, key, model) for key, model in _questions(tool).items()}
             for name, tool in self.tools.items()
         }
         self.manager, self.settings = manager, settings
@@ -220,7 +228,8 @@ class McpBridge:
         try:
             if can_elicit and modern:
                 return await self._round(ctx, tool, arguments, params)
-            if not can_elicit and modern and tool.elicits and not self._hears_requests(ctx):
+            asks = bool(tool.elicits) or tool.needs_approval
+            if not can_elicit and modern and asks and not self._hears_requests(ctx):
                 return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
             return await self._run(ctx, tool, arguments, push=can_elicit)
         except MCPError:
