@@ -21,7 +21,7 @@ from chatbridge.core.protocol import (
 __all__ = [
     "LOST_SESSION_MESSAGE",
     "CommandRefused",
-    "ConversationRuntime",
+    "LiveConversation",
     "ConversationStore",
     "EventSink",
     "LocalLeases",
@@ -140,7 +140,7 @@ class ResumableCall:
 
 
 @dataclass
-class ConversationRuntime:
+class LiveConversation:
     """One conversation's live state in this process."""
 
     id: str

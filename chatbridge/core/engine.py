@@ -1,7 +1,8 @@
 """The chat engine: one run per user turn, as an explicit state machine (DESIGN §3).
 
-``ChatHub`` is process-wide and owns every conversation's runtime state: the running turn (a
-task that outlives any socket), the current phase and the questions waiting for an answer.
+``ChatHub`` is process-wide and owns every conversation's live state (``LiveConversation``):
+the running turn (a task that outlives any socket), the current phase and the questions
+waiting for an answer.
 Sockets come and go; they send commands to the hub and receive events through the sink.
 """
 
@@ -18,9 +19,9 @@ from chatbridge.core.completion import Completion, ToolCallRequest, stream_compl
 from chatbridge.core.conversation import (
     LOST_SESSION_MESSAGE,
     CommandRefused,
-    ConversationRuntime,
     ConversationStore,
     EventSink,
+    LiveConversation,
     LocalLeases,
     Peers,
     ResumableCall,
@@ -101,7 +102,7 @@ class ChatHub:
             render_form=render_form,
             set_phase=self._phase,
         )
-        self._conversations: dict[str, ConversationRuntime] = {}
+        self._conversations: dict[str, LiveConversation] = {}
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class ChatHub:
         finally:
             self._forget_if_idle(conv)
 
-    async def _deliver(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> None:
+    async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
             raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
@@ -217,9 +218,9 @@ class ChatHub:
     def state(self, conversation_id: str) -> ConversationState:
         """The conversation's state here (idle when this process holds nothing for it)."""
         conv = self._conversations.get(conversation_id)
-        return self._state(conv or ConversationRuntime(conversation_id))
+        return self._state(conv or LiveConversation(conversation_id))
 
-    def _state(self, conv: ConversationRuntime) -> ConversationState:
+    def _state(self, conv: LiveConversation) -> ConversationState:
         return ConversationState(
             conversation_id=conv.id,
             phase=conv.phase,
@@ -260,13 +261,13 @@ class ChatHub:
 
     # -- the turn ---------------------------------------------------------------------------
 
-    def _conversation(self, conversation_id: str) -> ConversationRuntime:
+    def _conversation(self, conversation_id: str) -> LiveConversation:
         conv = self._conversations.get(conversation_id)
         if conv is None:
-            conv = self._conversations[conversation_id] = ConversationRuntime(conversation_id)
+            conv = self._conversations[conversation_id] = LiveConversation(conversation_id)
         return conv
 
-    def _forget_if_idle(self, conv: ConversationRuntime) -> None:
+    def _forget_if_idle(self, conv: LiveConversation) -> None:
         """Drop the conversation's state once nothing runs or waits in it."""
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
         if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
@@ -276,7 +277,7 @@ class ChatHub:
 
     async def _begin(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None = None,
     ) -> None:
@@ -301,7 +302,7 @@ class ChatHub:
 
     def _start(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None = None,
         resume: Sequence[ResumableCall] = (),
@@ -335,7 +336,7 @@ class ChatHub:
         for form in self.pending_forms(conversation_id):
             await self.sink(conv.id, form)
 
-    async def _recover(self, conv: ConversationRuntime) -> bool:
+    async def _recover(self, conv: LiveConversation) -> bool:
         if conv.busy:
             return False
         conv.starting = asyncio.Event()  # answers arriving now wait for the outcome
@@ -369,7 +370,7 @@ class ChatHub:
         return bool(worker) and self.peers is not None and await self.peers.alive(worker)
 
     async def _deliver_when_shown(
-        self, conv: ConversationRuntime, cmd: ElicitResponseCommand, timeout: float = 10.0
+        self, conv: LiveConversation, cmd: ElicitResponseCommand, timeout: float = 10.0
     ) -> None:
         """Deliver an answer for a call being resumed by replay once its question shows again.
 
@@ -386,14 +387,12 @@ class ChatHub:
             return
         raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
 
-    async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
+    async def _phase(self, conv: LiveConversation, phase: Phase) -> None:
         conv.phase = phase
         await self.store.save_phase(conv.id, phase)
         await self.sink(conv.id, self._state(conv))
 
-    async def _unmatched_response(
-        self, conv: ConversationRuntime, cmd: ElicitResponseCommand
-    ) -> None:
+    async def _unmatched_response(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         if conv.starting is not None:  # a turn is being started: maybe the one resuming it
             await conv.starting.wait()
             if cmd.call_id in conv.pending:
@@ -416,7 +415,7 @@ class ChatHub:
             return
         await self._begin(conv, lost=[cmd])
 
-    async def _route(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> bool:
+    async def _route(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> bool:
         """Hand the answer to the live worker holding its call; False once none holds it.
 
         A live owner that cannot be reached (its channel layer reconnecting) is tried again
@@ -446,7 +445,7 @@ class ChatHub:
 
     async def _turn(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None,
         resume: Sequence[ResumableCall] = (),
@@ -505,7 +504,7 @@ class ChatHub:
             await self._phase(conv, "done")
         self._forget_if_idle(conv)  # nothing runs or waits: nothing to remember
 
-    async def _keep_lease(self, conv: ConversationRuntime) -> None:
+    async def _keep_lease(self, conv: LiveConversation) -> None:
         """Renew the conversation's lease while its turn runs."""
         while True:
             await asyncio.sleep(LEASE_RENEW_SECONDS)
@@ -517,7 +516,7 @@ class ChatHub:
 
     async def _append_results(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         call_ids: Sequence[str],
         outcomes: Sequence[str | BaseException],
     ) -> None:
@@ -534,7 +533,7 @@ class ChatHub:
                 {"role": "tool", "tool_call_id": call_id, "content": outcome},
             )
 
-    async def _recover_lost(self, conv: ConversationRuntime, sessions: dict[str, str]) -> None:
+    async def _recover_lost(self, conv: LiveConversation, sessions: dict[str, str]) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""
         for call_id in dangling_calls(await self.store.messages(conv.id)):
             if self.manager.get(call_id) is not None:
@@ -555,7 +554,7 @@ class ChatHub:
             )
 
     async def _stream_reply(
-        self, conv: ConversationRuntime, messages: list[dict[str, Any]]
+        self, conv: LiveConversation, messages: list[dict[str, Any]]
     ) -> Completion | None:
         message_id = uuid.uuid4().hex
         reply = Completion()

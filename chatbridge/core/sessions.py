@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from chatbridge.core.approval import DENIED_BY, denial_reason
-from chatbridge.core.context import CallRuntime, ToolContext
+from chatbridge.core.context import CallState, ToolContext
 from chatbridge.core.elicit import (
     Cancel,
     ElicitId,
@@ -115,9 +115,7 @@ class PluginSession:
         self._sampler = sampler
         self._clock = clock
         self._on_finish = on_finish
-        self._runtime = CallRuntime(
-            tool, call_id, params.model_dump(mode="json"), self, self._journal
-        )
+        self._state = CallState(tool, call_id, params.model_dump(mode="json"), self, self._journal)
         self._status: SessionStatus = "running"
         # A plain list and futures made on demand: a suspended session costs little memory.
         self._events: list[SessionEvent] = []
@@ -281,11 +279,11 @@ class PluginSession:
         """
         if self._terminal is not None:
             return
-        if self._runtime.aborted is None:
+        if self._state.aborted is None:
             self.aborted_by = by
-            self._runtime.aborted = SessionAborted(self.id, reason)
+            self._state.aborted = SessionAborted(self.id, reason)
             if self._pending is not None and not self._pending[1].done():
-                self._pending[1].set_exception(self._runtime.aborted)
+                self._pending[1].set_exception(self._state.aborted)
             elif self._task is not None:
                 self._task.cancel(reason)
         task = self._task
@@ -333,7 +331,7 @@ class PluginSession:
         finally:
             self._pending = None
             self._set_status("running")
-            if self._runtime.aborted is None and not self._parked:
+            if self._state.aborted is None and not self._parked:
                 await observe(self.observer, "status_changed", self)
 
     async def complete(self, request: SampleRequest) -> SampleResult:
@@ -343,7 +341,7 @@ class PluginSession:
             return await self._sampler(request)
         finally:
             self._set_status("running")
-            if self._runtime.aborted is None and not self._parked:
+            if self._state.aborted is None and not self._parked:
                 await observe(self.observer, "status_changed", self)
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
@@ -379,7 +377,7 @@ class PluginSession:
     # -- internals --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        ctx = ToolContext(self._runtime)
+        ctx = ToolContext(self._state)
         try:
             if self.tool.needs_approval:
                 await self._approve(ctx)
@@ -391,7 +389,7 @@ class PluginSession:
             if self._parked:  # not an end of the call: nothing is observed or recorded
                 self._finish(AbortedEvent(self.id, _PARKED), "aborted")
                 raise
-            aborted = self._runtime.aborted
+            aborted = self._state.aborted
             self._finish(
                 AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted"
             )
@@ -400,12 +398,12 @@ class PluginSession:
         except Exception as exc:  # any tool bug ends the session as failed, never the process
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
-            cause = self._runtime.stopped or exc  # what stopped the call, whatever it raised
+            cause = self._state.stopped or exc  # what stopped the call, whatever it raised
             self._finish(FailedEvent(self.id, f"{type(cause).__name__}: {cause}", cause), "failed")
         else:
-            stopped = self._runtime.stopped
-            if self._runtime.aborted is not None:  # it swallowed SessionAborted
-                self._finish(AbortedEvent(self.id, self._runtime.aborted.reason), "aborted")
+            stopped = self._state.stopped
+            if self._state.aborted is not None:  # it swallowed SessionAborted
+                self._finish(AbortedEvent(self.id, self._state.aborted.reason), "aborted")
             elif stopped is not None:  # it swallowed the failed journal write
                 self._finish(
                     FailedEvent(self.id, f"{type(stopped).__name__}: {stopped}", stopped), "failed"
