@@ -14,11 +14,12 @@ from chatbridge.core.conversation import (
     EventSink,
     LiveConversation,
     PendingApproval,
+    PendingElicit,
     ResumableCall,
 )
 from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
-from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
+from chatbridge.core.forms import FormRenderer, FormSurface
 from chatbridge.core.observer import observe
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
