@@ -240,7 +240,8 @@ class PluginSession:
             self.pending_attempts += 1
             self.pending_errors = exc
             data = result_to_dict(result).get("content") or {}
-            await observe(self.observer, "answer_rejected", self, wanted, data, exc.field_errors())
+            errors = exc.field_errors()
+            await observe(self.observer, lambda o: o.answer_rejected(self, wanted, data, errors))
             raise
         self._pending = None
         self._touch()
@@ -255,11 +256,9 @@ class PluginSession:
         self._touch()
         await observe(
             self.observer,
-            "answer_rejected",
-            self,
-            str(pending[0].id),
-            {},
-            {"__all__": ["expired: no answer in time"]},
+            lambda o: o.answer_rejected(
+                self, str(pending[0].id), {}, {"__all__": ["expired: no answer in time"]}
+            ),
         )
         pending[1].set_result(Cancel())
         return True
@@ -289,7 +288,7 @@ class PluginSession:
         task = self._task
         if task is None:
             self._finish(AbortedEvent(self.id, reason), "aborted")
-            await observe(self.observer, "session_ended", self, self._terminal)
+            await self._observe_end()
             return
         if task is asyncio.current_task():
             return  # a tool aborting itself: it unwinds by raising SessionAborted
@@ -324,7 +323,7 @@ class PluginSession:
         self._pending = (request, future)
         self.pending_attempts, self.pending_errors = 0, None
         self._set_status("awaiting_elicit")
-        await observe(self.observer, "status_changed", self)
+        await observe(self.observer, lambda o: o.status_changed(self))
         self._emit(ElicitEvent(self.id, request))
         try:
             return await future
@@ -332,27 +331,29 @@ class PluginSession:
             self._pending = None
             self._set_status("running")
             if self._state.aborted is None and not self._parked:
-                await observe(self.observer, "status_changed", self)
+                await observe(self.observer, lambda o: o.status_changed(self))
 
     async def complete(self, request: SampleRequest) -> SampleResult:
         self._set_status("awaiting_sample")
-        await observe(self.observer, "status_changed", self)
+        await observe(self.observer, lambda o: o.status_changed(self))
         try:
             return await self._sampler(request)
         finally:
             self._set_status("running")
             if self._state.aborted is None and not self._parked:
-                await observe(self.observer, "status_changed", self)
+                await observe(self.observer, lambda o: o.status_changed(self))
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
         if kind == "step":  # a side effect runs only while this worker holds the call
             await self._durably(self.journal_store.check_held(self))
-        await observe(self.observer, "capability_requested", self, seq, kind, key, request)
+        await observe(
+            self.observer, lambda o: o.capability_requested(self, seq, kind, key, request)
+        )
 
     async def recorded(self, entry: JournalEntry) -> None:
         # Durable first: the tool goes on only once its store holds the entry.
         await self._durably(self.journal_store.append(self, entry))
-        await observe(self.observer, "capability_recorded", self, entry)
+        await observe(self.observer, lambda o: o.capability_recorded(self, entry))
 
     async def _durably(self, write: Awaitable[None]) -> None:
         """Await the journal store: its ``ChatBridgeError`` (another worker took the call)
@@ -410,7 +411,7 @@ class PluginSession:
                 )
             else:
                 self._finish(CompletedEvent(self.id, result), "completed")
-        await observe(self.observer, "session_ended", self, self._terminal)
+        await self._observe_end()
 
     async def _approve(self, ctx: ToolContext) -> None:
         """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""
@@ -435,6 +436,11 @@ class PluginSession:
             self._touch()
             self._events.append(event)
             self._wake()
+
+    async def _observe_end(self) -> None:
+        ended = self._terminal
+        assert ended is not None, "_finish ran first"
+        await observe(self.observer, lambda o: o.session_ended(self, ended))
 
     def _finish(self, event: SessionEvent, status: SessionStatus) -> None:
         if self._terminal is not None:
@@ -509,7 +515,7 @@ class SessionManager:
             meta=meta,
         )
         self._sessions[call_id] = session
-        await observe(self.observer, "session_started", session)
+        await observe(self.observer, lambda o: o.session_started(session))
         session.start()
         self._ensure_reaper()
         return session

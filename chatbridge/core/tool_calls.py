@@ -210,7 +210,8 @@ class ToolCallRunner:
 
         async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
             await observe(
-                session.observer, "answer_rejected", session, str(request.id), data, errors
+                session.observer,
+                lambda o: o.answer_rejected(session, str(request.id), data, errors),
             )
 
         surface = FormSurface(
