@@ -68,17 +68,17 @@ class ChatBridgeRuntime:
 
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
+        from chatbridge.chat.broadcast import publish
         from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
-        from chatbridge.chat.runtime import publish
         from chatbridge.chat.store import DjangoStore
         from chatbridge.chat.workers import ChannelPeers
         from chatbridge.chat.writer import Writer
         from chatbridge.core.engine import ChatHub
         from chatbridge.core.sampling import LiteLLMSampler
         from chatbridge.core.sessions import SessionManager
-        from chatbridge.mcp.runtime import build_mcp_endpoint
+        from chatbridge.mcp.endpoint import build_mcp_endpoint
 
         timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
         self.drain_grace, self.listen = drain_grace, listen

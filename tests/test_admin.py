@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import AsyncClient
 
-from chatbridge.chat import runtime
 from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
@@ -100,7 +100,7 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     record = await row(seats["session_id"])
     assert (record.status, record.aborted_by) == ("aborted", "operator ops")
     assert record.aborted_at is not None and record.ended_at is not None
-    assert runtime.get_session_manager().get(seats["session_id"]) is None
+    assert current_runtime().manager.get(seats["session_id"]) is None
     await chat.close()
 
 
@@ -128,7 +128,7 @@ async def test_non_staff_are_refused() -> None:
     ):
         assert response.status_code == 302 and "/admin/login/" in response["Location"]
     assert (await row(seats["session_id"])).status == "awaiting_elicit"
-    assert runtime.get_session_manager().get(seats["session_id"]) is not None
+    assert current_runtime().manager.get(seats["session_id"]) is not None
     await chat.close()
 
 

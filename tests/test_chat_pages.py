@@ -8,7 +8,7 @@ import re
 import pytest
 from django.test import Client
 
-from chatbridge.chat.models import Conversation
+from chatbridge.chat.models import Conversation, Message, ToolSession
 from tests.chat_client import html_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,6 +41,66 @@ def test_new_chat_needs_a_csrf_token() -> None:
     response = browser.post("/c/new/", {"csrfmiddlewaretoken": token.group(1)})
     assert response.status_code == 302
     assert Conversation.objects.count() == 2
+
+
+def _card(page: str, call_id: str) -> str:
+    match = re.search(rf'<article class="tool-card" id="tool-{call_id}".*?</article>', page, re.S)
+    assert match is not None, f"no card for {call_id}"
+    return match.group(0)
+
+
+def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> None:
+    owner = client.get("/")["Location"]
+    conversation = Conversation.objects.get(pk=owner.split("/")[2])
+    # What each call's tool message said, and what its session row recorded. The words of a
+    # message do not decide the card: a tool may well return text that starts with "Error:".
+    calls = {
+        "c-done": ("completed", "", "Error: none, all good"),
+        "c-failed": ("failed", "", "Error: The tool failed: boom"),
+        "c-denied": ("aborted", "approval", "Error: The user denied this tool call: no"),
+        "c-aborted": ("aborted", "admin:ops", "Error: The tool call was aborted: stop"),
+        "c-lost": ("", "", "Error: Unknown tool 'nope'. Available tools: book_flight."),
+    }
+    Message.objects.create(
+        id="m-0",
+        conversation=conversation,
+        seq=0,
+        role="assistant",
+        tool_calls=[
+            {"id": cid, "type": "function", "function": {"name": "look_up", "arguments": "{}"}}
+            for cid in calls
+        ],
+    )
+    for seq, (cid, (status, aborted_by, content)) in enumerate(calls.items(), start=1):
+        Message.objects.create(
+            id=f"m-{seq}",
+            conversation=conversation,
+            seq=seq,
+            role="tool",
+            tool_call_id=cid,
+            content=content,
+        )
+        if status:
+            ToolSession.objects.create(
+                id=cid,
+                conversation=conversation,
+                tool_name="look_up",
+                status=status,
+                aborted_by=aborted_by,
+                result={"ticket": "T-1"} if status == "completed" else None,
+                error={"failed": "boom", "aborted": f"by {aborted_by or 'nobody'}"}.get(status, ""),
+            )
+    page = client.get(owner).content.decode()
+    done = _card(page, "c-done")
+    assert ">Done</span>" in done and "T-1" in done and "all good" not in done
+    failed = _card(page, "c-failed")
+    assert ">Failed</span>" in failed and "boom" in failed
+    denied = _card(page, "c-denied")
+    assert ">Denied</span>" in denied and "by approval" in denied
+    aborted = _card(page, "c-aborted")
+    assert ">Aborted</span>" in aborted and "by admin:ops" in aborted
+    lost = _card(page, "c-lost")  # never became a session: the message is all there is
+    assert ">Failed</span>" in lost and "Unknown tool" in lost
 
 
 @pytest.mark.usefixtures("fresh_runtime")

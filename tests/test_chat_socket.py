@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatbridge.chat import runtime
 from chatbridge.chat.models import JournalRecord, ToolSession
 from chatbridge.chat.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime, current_runtime
@@ -198,7 +197,7 @@ async def test_commands_for_other_conversations_are_refused_and_the_socket_stays
     assert error["code"] == "NOT_FOUND"
     await chat.answer(theirs, flight_id="SH-142")
     assert (await chat.next("error"))["code"] == "NOT_FOUND"
-    assert runtime.get_session_manager().get(theirs["session_id"]) is not None  # untouched
+    assert current_runtime().manager.get(theirs["session_id"]) is not None  # untouched
 
     await chat.send_user(BOOK)  # this socket still works
     assert (await chat.next("elicit", key="pick_flight"))["call_id"]
@@ -247,7 +246,7 @@ async def test_a_second_message_while_a_tool_waits_is_refused(chat: ChatClient) 
 
 
 async def test_a_question_nobody_answers_expires_and_the_model_is_told(chat: ChatClient) -> None:
-    runtime.get_session_manager().idle_timeout = 0.3
+    current_runtime().manager.idle_timeout = 0.3
     await chat.send_user(BOOK)
     await chat.next("elicit", key="pick_flight")
     expired = await chat.next("elicit_complete", timeout=10)
@@ -306,7 +305,7 @@ async def test_a_lone_surrogate_in_an_answer_is_refused_and_the_question_stays(
             "message": LONE_SURROGATE,
         }
     assert [e["type"] for e in chat.events[seen:]] == ["error"] * 3  # nothing reached the form
-    assert runtime.get_hub().state(chat.conversation_id).pending == [form["call_id"]]
+    assert current_runtime().hub.state(chat.conversation_id).pending == [form["call_id"]]
 
     # A complete pair, escaped as json.dumps writes it ("\\ud83d\\ude00"), is text like any other.
     await chat.answer(form, **FEEDBACK, comment="Great \U0001f600")

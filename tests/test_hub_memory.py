@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.core.conversation import ConversationRuntime
+from chatbridge.core.conversation import LiveConversation
 from chatbridge.core.engine import ChatHub
 from chatbridge.core.protocol import ChatEvent, ElicitForm, ElicitResponseCommand, ToolCallEvent
 from chatbridge.core.sampling import LiteLLMSampler
@@ -95,7 +95,7 @@ def answer(form: ElicitForm, **content: Any) -> ElicitResponseCommand:
 
 def runtimes_alive() -> int:
     gc.collect()
-    return sum(isinstance(o, ConversationRuntime) for o in gc.get_objects())
+    return sum(isinstance(o, LiveConversation) for o in gc.get_objects())
 
 
 async def test_viewing_conversations_keeps_nothing(hub: Any) -> None:

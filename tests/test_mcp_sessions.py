@@ -480,10 +480,10 @@ async def test_a_round_trip_survives_a_server_killed_between_questions(site: Sit
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fresh_runtime")
 async def test_staff_see_an_mcp_call_in_the_admin_and_abort_it() -> None:
-    from chatbridge.chat import runtime
+    from chatbridge.runtime import current_runtime
     from tests.test_admin import CHANGELIST, login, row
 
-    manager = runtime.get_session_manager()
+    manager = current_runtime().manager
     bridge = McpBridge(
         PluginRegistry([book_flight_plugin]),
         manager,

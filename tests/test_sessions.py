@@ -459,3 +459,47 @@ async def test_a_manager_without_a_store_keeps_the_journal_in_memory() -> None:
     mgr = SessionManager()
     assert isinstance(mgr.journal_store, MemoryJournalStore)
     await mgr.shutdown()
+
+
+class BrokenRecorder:
+    """An observer whose every method fails after noting what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        async def fail(*args: Any) -> None:
+            self.told.append(name)
+            raise RuntimeError(f"recorder down in {name}")
+
+        return fail
+
+
+async def test_a_failing_observer_is_logged_and_never_breaks_the_tool(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = BrokenRecorder()
+    mgr = SessionManager(observer=recorder)  # type: ignore[arg-type]
+    try:
+        session = await start(mgr)
+        assert [e[0] for e in await until_pause(session)] == ["log", "progress", "elicit"]
+        with pytest.raises(ElicitValidationError):
+            await session.respond_to_elicit(hotel_id(), Accept({"hotel": 42}))
+        await session.respond_to_elicit(hotel_id(), Accept({"hotel": "Harbour Inn"}))
+        assert await until_pause(session) == [("elicit", "plan_trip:confirm:call-1:2", CONFIRM_Q)]
+        await session.abort("enough")
+        assert (await session.next_event()).type == "aborted"
+    finally:
+        await mgr.shutdown()
+    assert recorder.told[0] == "session_started"
+    assert recorder.told[-1] == "session_ended"
+    assert {
+        "status_changed",
+        "capability_requested",
+        "capability_recorded",
+        "answer_rejected",
+    } <= set(recorder.told)
+    failures = [r for r in caplog.records if r.name == "chatbridge.observer"]
+    assert len(failures) == len(recorder.told)
+    assert failures[0].getMessage() == "session observer BrokenRecorder failed"
+    assert "recorder down in session_started" in (failures[0].exc_text or "")

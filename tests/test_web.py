@@ -76,15 +76,14 @@ def test_daphne_serves_the_tools_page_and_its_stylesheet(server: str) -> None:
 async def test_the_runtime_has_one_session_manager_configured_from_settings() -> None:
     from django.conf import settings
 
-    from chatbridge.chat.runtime import get_session_manager
-    from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning
+    from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime
 
     with pytest.raises(RuntimeNotRunning, match="runtime is not running"):
-        get_session_manager()
+        current_runtime()
     async with ChatBridgeRuntime.from_settings() as runtime:
-        manager = get_session_manager()
+        manager = current_runtime().manager
         assert manager is runtime.manager and runtime.hub.manager is manager
     with pytest.raises(RuntimeNotRunning):
-        get_session_manager()
+        current_runtime()
     assert manager.idle_timeout == settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
     assert manager.sampler.model == settings.CHATBRIDGE_MODEL  # type: ignore[attr-defined]

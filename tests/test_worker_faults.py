@@ -16,7 +16,7 @@ from channels.layers import channel_layers, get_channel_layer
 from django.test import override_settings
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.chat.runtime import conversation_group, publish
+from chatbridge.chat.broadcast import conversation_group, publish
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.engine import BUSY_ELSEWHERE, ChatHub
 from chatbridge.core.protocol import ElicitResponseCommand

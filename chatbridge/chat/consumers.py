@@ -12,13 +12,12 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
+from chatbridge.chat.broadcast import conversation_group
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
-from chatbridge.chat.runtime import conversation_group, get_hub
 from chatbridge.chat.store import owner_key
-from chatbridge.chat.workers import ensure_listener
 from chatbridge.core import strict_json
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
@@ -34,6 +33,7 @@ from chatbridge.core.protocol import (
     UserMessageCommand,
     parse_command,
 )
+from chatbridge.runtime import current_runtime
 
 __all__ = [
     "CLOSE_FORBIDDEN",
@@ -124,8 +124,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             conversation_group(self.conversation_id), self.channel_name
         )
         await self.accept()
-        ensure_listener()  # this worker now answers operators' list and abort requests
-        hub = get_hub()
+        hub = current_runtime().hub
         await self.send_event(hub.state(self.conversation_id))
         for form in hub.pending_forms(self.conversation_id):
             await self.send_event(form)
@@ -191,7 +190,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.refuse("INTERNAL_ERROR", "That did not work because of a server error.")
 
     async def dispatch_command(self, command: Any) -> None:
-        hub = get_hub()
+        hub = current_runtime().hub
         if isinstance(command, UserMessageCommand):
             await hub.user_message(self.conversation_id, command.text.strip() or command.text)
         elif isinstance(command, ElicitResponseCommand):

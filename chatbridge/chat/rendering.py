@@ -7,12 +7,14 @@ through Django's autoescaping templates.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.template.loader import render_to_string, select_template
 from django.utils.safestring import SafeString, mark_safe
 
+from chatbridge.core.approval import DENIED_BY
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.protocol import (
     AssistantDelta,
@@ -28,6 +30,9 @@ from chatbridge.core.protocol import (
     ToolCallEvent,
     UserMessage,
 )
+
+if TYPE_CHECKING:
+    from chatbridge.chat.models import ToolSession
 
 __all__ = ["SocketView", "ToolCallView", "render_event", "render_form", "transcript"]
 
@@ -89,24 +94,38 @@ def _oob(swap: str, inner: str) -> str:
     return f'<div hx-swap-oob="{swap}">{inner}</div>'
 
 
-def _parse_tool_content(content: str) -> tuple[str, Any, str | None]:
+def _recorded_outcome(row: ToolSession) -> tuple[str, Any, str | None]:
+    """A card's status, result and error from the call's session row."""
+    if row.active:
+        return "running", None, None
+    if row.status == "aborted":
+        return ("denied" if row.aborted_by == DENIED_BY else "aborted"), None, row.error
+    if row.status == "failed":
+        return "failed", None, row.error
+    return "completed", row.result, None
+
+
+def _unrecorded_outcome(content: str) -> tuple[str, Any, str | None]:
+    """A call that never became a session (unknown tool, invalid arguments, lost session):
+    its tool message is all there is, and it can only say why the call failed."""
     if content.startswith("Error:"):
-        status = (
-            "aborted"
-            if "was aborted" in content
-            else "denied"
-            if "denied this tool call" in content
-            else "failed"
-        )
-        return status, None, content.removeprefix("Error:").strip()
+        return "failed", None, content.removeprefix("Error:").strip()
     try:
         return "completed", json.loads(content), None
     except ValueError:
         return "completed", content, None
 
 
-def transcript(messages: list[dict[str, Any]], message_ids: list[str]) -> list[dict[str, Any]]:
-    """Items to render on page load: messages and tool cards, from the stored messages."""
+def transcript(
+    messages: list[dict[str, Any]],
+    message_ids: list[str],
+    sessions: Mapping[str, ToolSession],
+) -> list[dict[str, Any]]:
+    """Items to render on page load: messages and tool cards.
+
+    A tool card's status, result and error come from its call's session row (``sessions``,
+    by call id); only a call without one falls back to its tool message.
+    """
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     items: list[dict[str, Any]] = []
     for message, message_id in zip(messages, message_ids, strict=True):
@@ -126,9 +145,11 @@ def transcript(messages: list[dict[str, Any]], message_ids: list[str]) -> list[d
                 str(fn.get("name")),
                 arguments if isinstance(arguments, dict) else {},
             )
-            answer = results.get(call.id)
-            if answer is not None:
-                call.status, call.result, call.error = _parse_tool_content(
+            row, answer = sessions.get(call.id), results.get(call.id)
+            if row is not None:
+                call.status, call.result, call.error = _recorded_outcome(row)
+            elif answer is not None:
+                call.status, call.result, call.error = _unrecorded_outcome(
                     str(answer.get("content") or "")
                 )
             items.append({"kind": "tool", "html": mark_safe(tool_card(call))})  # noqa: S308

@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST, require_safe
 
-from chatbridge.chat.models import Conversation
+from chatbridge.chat.models import Conversation, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.store import owner_key
@@ -67,13 +67,16 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
     if current is None:
         raise Http404("No such conversation.")
     stored = list(current.messages.all())
+    sessions = {row.id: row for row in ToolSession.objects.filter(conversation=current)}
     return render(
         request,
         "chatbridge/chat.html",
         {
             "conversation": current,
             "conversations": Conversation.objects.filter(owner=owner)[:SIDEBAR_SIZE],
-            "items": transcript([m.as_llm_message() for m in stored], [m.id for m in stored]),
+            "items": transcript(
+                [m.as_llm_message() for m in stored], [m.id for m in stored], sessions
+            ),
             "tools": [p.name for p in get_registry()],
         },
     )

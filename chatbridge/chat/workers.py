@@ -23,8 +23,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from chatbridge.chat.recorder import WORKER_ID
-from chatbridge.chat.runtime import get_session_manager
 from chatbridge.chat.store import HEARTBEAT_SECONDS, beat, forget_worker, worker_alive
+from chatbridge.runtime import current_runtime
 
 __all__ = [
     "WORKERS_GROUP",
@@ -135,7 +135,7 @@ async def _receive(layer: Any, channel: str) -> None:
 
 
 async def _handle(layer: Any, message: dict[str, Any]) -> None:
-    manager = get_session_manager()
+    manager = current_runtime().manager
     if message.get("type") == "workers.abort":
         session = manager.get(str(message.get("session_id")))
         if session is not None:  # answer first: the operator waits for the ack, not the end
@@ -144,7 +144,7 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
     elif message.get("type") == "workers.ping":
         await layer.send(message["reply_to"], {"type": "workers.pong", "worker": WORKER_ID})
     elif message.get("type") == "workers.answer":
-        from chatbridge.chat.runtime import get_hub, publish
+        from chatbridge.chat.broadcast import publish
         from chatbridge.core.engine import CommandRefused
         from chatbridge.core.protocol import ElicitResponseCommand, ErrorEvent
 
@@ -155,16 +155,14 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
         async def deliver() -> None:
             try:
-                await get_hub().elicit_response(conversation_id, command)
+                await current_runtime().hub.elicit_response(conversation_id, command)
             except CommandRefused as exc:
                 await publish(conversation_id, ErrorEvent(code=exc.code, message=str(exc)))
 
         _deliveries.add(task := asyncio.create_task(deliver()))
         task.add_done_callback(_deliveries.discard)
     elif message.get("type") == "workers.show":
-        from chatbridge.chat.runtime import get_hub
-
-        await get_hub().show(str(message["conversation_id"]))
+        await current_runtime().hub.show(str(message["conversation_id"]))
     elif message.get("type") == "workers.command":  # an abort may take seconds: not inline
 
         async def carry_out() -> None:
@@ -192,13 +190,12 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
 async def _carry_out(message: dict[str, Any]) -> dict[str, Any]:
     """Carry out a user's abort, approve or deny routed here; the outcome for the sender."""
-    from chatbridge.chat.runtime import get_hub
     from chatbridge.core.engine import CommandRefused
     from chatbridge.core.protocol import Abort, Approve, parse_command
 
     command = parse_command(message["command"])
     conversation_id = str(message["conversation_id"])
-    hub = get_hub()
+    hub = current_runtime().hub
     try:
         if isinstance(command, Abort):
             await hub.abort(conversation_id, command.session_id, command.reason, routed=True)

@@ -1,4 +1,4 @@
-"""The ChatBridge runtime: tools, elicitation, sessions, journal, plugins. No web imports."""
+"""The ChatBridge core: tools, elicitation, sessions, journal, plugins. No web imports."""
 
 from __future__ import annotations
 

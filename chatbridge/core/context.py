@@ -41,7 +41,7 @@ from chatbridge.core.journal import (
 from chatbridge.core.sampling import SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
 
-__all__ = ["LOG_LEVELS", "CallRuntime", "CapabilityHost", "LogLevel", "ToolContext"]
+__all__ = ["LOG_LEVELS", "CallState", "CapabilityHost", "LogLevel", "ToolContext"]
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ class CapabilityHost(Protocol):
         """Make a capability result durable; raising stops the call (the tool never sees it)."""
 
 
-class CallRuntime:
+class CallState:
     """State of one tool call shared by its root context and every branch context."""
 
     def __init__(
@@ -133,8 +133,8 @@ class ToolContext:
     with the scope identifies it in the journal.
     """
 
-    def __init__(self, runtime: CallRuntime, depth: int = 0, scope: str = "") -> None:
-        self._rt = runtime
+    def __init__(self, state: CallState, depth: int = 0, scope: str = "") -> None:
+        self._state = state
         self.depth = depth
         self.scope = scope
         self._positions = 0
@@ -146,16 +146,16 @@ class ToolContext:
 
     @property
     def call_id(self) -> str:
-        return self._rt.call_id
+        return self._state.call_id
 
     @property
     def tool_name(self) -> str:
-        return self._rt.tool.name
+        return self._state.tool.name
 
     @property
     def replaying(self) -> bool:
         """True while recorded journal entries remain unconsumed by this run."""
-        return self._rt.journal.replaying
+        return self._state.journal.replaying
 
     async def elicit(
         self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
@@ -172,18 +172,18 @@ class ToolContext:
         ui: dict[str, Any] | None = None,
     ) -> ElicitResult[Any]:
         """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
-        model: type[BaseModel] | None = self._rt.tool.elicits.get(key)
+        model: type[BaseModel] | None = self._state.tool.elicits.get(key)
         if model is None:
-            self._rt.check_aborted()
-            raise UnknownElicitKey(self._rt.tool.name, key, self._rt.tool.elicits)
+            self._state.check_aborted()
+            raise UnknownElicitKey(self._state.tool.name, key, self._state.tool.elicits)
         return await self._ask(key, model, message, context, ui)
 
     async def ask_approval(self) -> ElicitResult[Approval]:
         """The call's approval question (tools declared with ``.needs_approval()``), asked by
         the session before the tool body runs; journaled like any answer."""
-        rt = self._rt
-        message = approval_message(rt.tool.name, rt.params)
-        context = {"tool": rt.tool.name, "arguments": rt.params}
+        state = self._state
+        message = approval_message(state.tool.name, state.params)
+        context = {"tool": state.tool.name, "arguments": state.params}
         return await self._ask(APPROVAL_KEY, Approval, message, context, None)
 
     async def _ask(
@@ -194,34 +194,36 @@ class ToolContext:
         context: dict[str, Any],
         ui: dict[str, Any] | None,
     ) -> ElicitResult[Any]:
-        rt = self._rt
-        rt.check_aborted()
+        state = self._state
+        state.check_aborted()
         if self.depth > 0:
-            raise ElicitInBranch(rt.tool.name, key, self.depth)
-        if rt.pending is not None:
-            raise ElicitAlreadyPending(rt.tool.name, key, str(rt.pending))
+            raise ElicitInBranch(state.tool.name, key, self.depth)
+        if state.pending is not None:
+            raise ElicitAlreadyPending(state.tool.name, key, str(state.pending))
         plain_context = to_json_value(context, f"The context of elicitation {key!r}")
         plain_ui = None if ui is None else to_json_value(ui, f"The ui of elicitation {key!r}")
         pos = self._next_pos()
-        rt.elicit_seq += 1
-        elicit_id = ElicitId(rt.tool.name, key, rt.call_id, rt.elicit_seq)
+        state.elicit_seq += 1
+        elicit_id = ElicitId(state.tool.name, key, state.call_id, state.elicit_seq)
         digest = request_digest({"key": key, "message": message, "context": plain_context})
-        entry = rt.journal.recorded(self.scope, pos, "elicit", key, digest)
+        entry = state.journal.recorded(self.scope, pos, "elicit", key, digest)
         if entry is not None:
             return validate_result(
                 result_from_dict(entry.result), model, str(elicit_id), context=plain_context
             )
-        request = ElicitRequest.build(elicit_id, model, message, plain_context, rt.params, plain_ui)
-        seq = rt.journal.next_seq()
-        await rt.host.requested(seq, "elicit", key, request.to_dict())
-        rt.pending = elicit_id
+        request = ElicitRequest.build(
+            elicit_id, model, message, plain_context, state.params, plain_ui
+        )
+        seq = state.journal.next_seq()
+        await state.host.requested(seq, "elicit", key, request.to_dict())
+        state.pending = elicit_id
         try:
-            result = await rt.shield_abort(rt.host.ask(request))
+            result = await state.shield_abort(state.host.ask(request))
         finally:
-            rt.pending = None
+            state.pending = None
         # hosts validate; be sure
         result = validate_result(result, model, str(elicit_id), context=request.context)
-        await rt.record(
+        await state.record(
             JournalEntry(seq, "elicit", key, result_to_dict(result), self.scope, pos, digest)
         )
         return result
@@ -234,20 +236,20 @@ class ToolContext:
         max_tokens: int | None = None,
     ) -> SampleResult:
         """Ask the server-side LLM; allowed in branches."""
-        rt = self._rt
-        rt.check_aborted()
+        state = self._state
+        state.check_aborted()
         request = SampleRequest.build(prompt, system, max_tokens)
         pos = self._next_pos()
         # The system prompt is the first of ``messages``: the digest covers it.
         wire = {"messages": request.messages, "max_tokens": request.max_tokens}
         digest = request_digest(wire)
-        entry = rt.journal.recorded(self.scope, pos, "sample", "sample", digest)
+        entry = state.journal.recorded(self.scope, pos, "sample", "sample", digest)
         if entry is not None:
             return SampleResult.from_dict(entry.result)
-        seq = rt.journal.next_seq()
-        await rt.host.requested(seq, "sample", "sample", wire)
-        result = await rt.shield_abort(rt.host.complete(request))
-        await rt.record(
+        seq = state.journal.next_seq()
+        await state.host.requested(seq, "sample", "sample", wire)
+        result = await state.shield_abort(state.host.complete(request))
+        await state.record(
             JournalEntry(seq, "sample", "sample", result.to_dict(), self.scope, pos, digest)
         )
         return result
@@ -258,49 +260,53 @@ class ToolContext:
         Live and replayed calls return the same plain JSON value (tuples become lists,
         models become dicts), so the tool behaves identically on both paths.
         """
-        rt = self._rt
-        rt.check_aborted()
+        state = self._state
+        state.check_aborted()
         pos = self._next_pos()
         digest = request_digest({"name": name, "args": args})
-        entry = rt.journal.recorded(self.scope, pos, "step", name, digest)
+        entry = state.journal.recorded(self.scope, pos, "step", name, digest)
         if entry is not None:
             return entry.result["value"]
-        seq = rt.journal.next_seq()
+        seq = state.journal.next_seq()
         # The host may refuse here (this worker lost the call): the side effect never runs.
-        await rt.guarded(
-            rt.host.requested(seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)})
+        await state.guarded(
+            state.host.requested(
+                seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
+            )
         )
         if inspect.iscoroutinefunction(fn):
-            raw = await rt.shield_abort(fn(*args))
+            raw = await state.shield_abort(fn(*args))
         else:
-            raw = await rt.shield_abort(asyncio.to_thread(fn, *args))
+            raw = await state.shield_abort(asyncio.to_thread(fn, *args))
             if inspect.isawaitable(raw):
-                raw = await rt.shield_abort(raw)
+                raw = await state.shield_abort(raw)
         value = to_json_value(raw, f"The result of step {name!r}")
-        await rt.record(JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest))
+        await state.record(
+            JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest)
+        )
         return value
 
     async def log(self, level: str, message: str, **data: Any) -> None:
         """Add a log line to the call's timeline (MCP ``notifications/message``)."""
-        self._rt.check_aborted()
+        self._state.check_aborted()
         if level not in LOG_LEVELS:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
         plain = to_json_value(data, "Log data")
-        if not self._rt.journal.replaying:
-            await self._rt.host.emit_log(level, message, plain)
+        if not self._state.journal.replaying:
+            await self._state.host.emit_log(level, message, plain)
 
     async def notify(
         self, message: str, *, progress: float | None = None, total: float | None = None
     ) -> None:
         """Report progress (MCP ``notifications/progress``)."""
-        self._rt.check_aborted()
+        self._state.check_aborted()
         for name, value in (("progress", progress), ("total", total)):
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
-        if not self._rt.journal.replaying:
-            await self._rt.host.emit_progress(message, progress, total)
+        if not self._state.journal.replaying:
+            await self._state.host.emit_progress(message, progress, total)
 
     def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Coroutine[Any, Any, T]:
         """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit.
@@ -311,10 +317,10 @@ class ToolContext:
         """
         self._branches += 1
         scope = f"{self.scope}.{self._branches}" if self.scope else str(self._branches)
-        return self._run_branch(ToolContext(self._rt, self.depth + 1, scope), fn, args)
+        return self._run_branch(ToolContext(self._state, self.depth + 1, scope), fn, args)
 
     async def _run_branch(
         self, child: ToolContext, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
     ) -> T:
-        self._rt.check_aborted()
+        self._state.check_aborted()
         return await fn(child, *args)

@@ -1,19 +1,23 @@
-"""What the engine keeps per conversation, and the contracts around it."""
+"""What the engine keeps per conversation (its live state and open questions), and the
+contracts around it."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.exceptions import ChatBridgeError
-from chatbridge.core.forms import PendingElicit
+from chatbridge.core.plugins import FormPost
 from chatbridge.core.protocol import (
     Abort,
     Approve,
     ChatEvent,
     Deny,
+    ElicitForm,
     ElicitResponseCommand,
     Phase,
 )
@@ -21,12 +25,13 @@ from chatbridge.core.protocol import (
 __all__ = [
     "LOST_SESSION_MESSAGE",
     "CommandRefused",
-    "ConversationRuntime",
+    "LiveConversation",
     "ConversationStore",
     "EventSink",
     "LocalLeases",
     "Peers",
     "PendingApproval",
+    "PendingElicit",
     "ResumableCall",
     "TurnLeases",
     "dangling_calls",
@@ -140,7 +145,45 @@ class ResumableCall:
 
 
 @dataclass
-class ConversationRuntime:
+class PendingElicit:
+    """A tool waiting for the user, whatever kind of tool it is (seed 002): its ids, what it
+    asked, whether an answer is being processed, the form shown and the post awaited."""
+
+    call_id: str
+    session_id: str
+    tool_name: str
+    elicit_id: str
+    key: str
+    context: dict[str, Any] = field(default_factory=dict)
+    schema: dict[str, Any] = field(default_factory=dict)
+    status: Literal["pending", "responded"] = "pending"
+    since: float = field(default_factory=time.time)
+    form: ElicitForm | None = None
+    waiter: asyncio.Future[FormPost] | None = None
+
+    @classmethod
+    def for_request(cls, request: ElicitRequest, session_id: str) -> PendingElicit:
+        return cls(
+            call_id=request.call_id,
+            session_id=session_id,
+            tool_name=request.tool_name,
+            elicit_id=str(request.id),
+            key=request.key,
+            context=request.context,
+            schema=request.schema.json,
+        )
+
+    def deliver(self, post: FormPost) -> bool:
+        """Hand a post to the waiting form; False if nothing is waiting."""
+        if self.waiter is None or self.waiter.done():
+            return False
+        self.status = "responded"
+        self.waiter.set_result(post)
+        return True
+
+
+@dataclass
+class LiveConversation:
     """One conversation's live state in this process."""
 
     id: str

@@ -1,8 +1,10 @@
 """The chat engine: one run per user turn, as an explicit state machine (DESIGN §3).
 
-``ChatHub`` is process-wide and owns every conversation's runtime state: the running turn (a
-task that outlives any socket), the current phase and the questions waiting for an answer.
-Sockets come and go; they send commands to the hub and receive events through the sink.
+``ChatHub`` is process-wide and owns every conversation's live state (``LiveConversation``):
+the running turn (a task that outlives any socket), the current phase and the questions
+waiting for an answer. Sockets come and go; they send commands to the hub and receive events
+through the sink. Resuming suspended calls and routing to other workers is ``Recovery``'s
+(core/recovery.py); tool calls are ``ToolCallRunner``'s (core/tool_calls.py).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from chatbridge.core.completion import Completion, ToolCallRequest, stream_compl
 from chatbridge.core.conversation import (
     LOST_SESSION_MESSAGE,
     CommandRefused,
-    ConversationRuntime,
     ConversationStore,
     EventSink,
+    LiveConversation,
     LocalLeases,
     Peers,
     ResumableCall,
@@ -45,6 +47,7 @@ from chatbridge.core.protocol import (
     SessionError,
     UserMessage,
 )
+from chatbridge.core.recovery import Recovery
 from chatbridge.core.sessions import SessionManager
 from chatbridge.core.tool_calls import ToolCallRunner
 
@@ -59,8 +62,6 @@ __all__ = [
 logger = logging.getLogger("chatbridge.engine")
 
 LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
-ROUTE_PATIENCE = 15.0  # seconds an answer waits for a live but unreachable owner
-ROUTE_RETRY = 0.5
 BUSY_ELSEWHERE = (
     "Another server is running a reply in this conversation; please wait for it, or abort "
     "the running tool."
@@ -101,7 +102,8 @@ class ChatHub:
             render_form=render_form,
             set_phase=self._phase,
         )
-        self._conversations: dict[str, ConversationRuntime] = {}
+        self._conversations: dict[str, LiveConversation] = {}
+        self.recovery = Recovery(self, start=self._start, begin=self._begin, deliver=self._deliver)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -125,13 +127,13 @@ class ChatHub:
         try:
             pending = conv.pending.get(cmd.call_id)
             if pending is None:
-                await self._unmatched_response(conv, cmd)
+                await self.recovery.unmatched_response(conv, cmd)
                 return
             await self._deliver(conv, cmd)
         finally:
             self._forget_if_idle(conv)
 
-    async def _deliver(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> None:
+    async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
             raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
@@ -168,7 +170,7 @@ class ChatHub:
                 "",
             )
             command = Abort(type="abort", session_id=session_id, reason=reason)
-            if await self._forward(owner, conversation_id, command):
+            if await self.recovery.forward(owner, conversation_id, command):
                 return
         raise CommandRefused("NOT_FOUND", f"No running tool {session_id!r} in this conversation.")
 
@@ -194,32 +196,16 @@ class ChatHub:
                 if approved
                 else Deny(type="deny", call_id=call_id, reason=reason)
             )
-            if await self._forward(holder, conversation_id, command):
+            if await self.recovery.forward(holder, conversation_id, command):
                 return
         raise CommandRefused("NOT_FOUND", f"Nothing is waiting for approval as {call_id!r}.")
-
-    async def _forward(
-        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
-    ) -> bool:
-        """Carry ``command`` out on ``worker``: True if done there; its refusal is raised."""
-        if not worker or self.peers is None:
-            return False
-        reply = await self.peers.forward(worker, conversation_id, command)
-        if reply is None:
-            return False
-        if not reply.get("ok"):
-            raise CommandRefused(str(reply.get("code")), str(reply.get("message")))
-        logger.info(
-            "%s for conversation %s carried out by %s", command.type, conversation_id, worker
-        )
-        return True
 
     def state(self, conversation_id: str) -> ConversationState:
         """The conversation's state here (idle when this process holds nothing for it)."""
         conv = self._conversations.get(conversation_id)
-        return self._state(conv or ConversationRuntime(conversation_id))
+        return self._state(conv or LiveConversation(conversation_id))
 
-    def _state(self, conv: ConversationRuntime) -> ConversationState:
+    def _state(self, conv: LiveConversation) -> ConversationState:
         return ConversationState(
             conversation_id=conv.id,
             phase=conv.phase,
@@ -260,13 +246,13 @@ class ChatHub:
 
     # -- the turn ---------------------------------------------------------------------------
 
-    def _conversation(self, conversation_id: str) -> ConversationRuntime:
+    def _conversation(self, conversation_id: str) -> LiveConversation:
         conv = self._conversations.get(conversation_id)
         if conv is None:
-            conv = self._conversations[conversation_id] = ConversationRuntime(conversation_id)
+            conv = self._conversations[conversation_id] = LiveConversation(conversation_id)
         return conv
 
-    def _forget_if_idle(self, conv: ConversationRuntime) -> None:
+    def _forget_if_idle(self, conv: LiveConversation) -> None:
         """Drop the conversation's state once nothing runs or waits in it."""
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
         if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
@@ -276,7 +262,7 @@ class ChatHub:
 
     async def _begin(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None = None,
     ) -> None:
@@ -290,7 +276,7 @@ class ChatHub:
             taken = await self.leases.take_turn(conv.id)
             if not taken:  # held elsewhere: by a worker that is gone, its lease not expired?
                 holder = await self.leases.turn_holder(conv.id)
-                if holder and self.peers is not None and not await self._alive(holder):
+                if holder and self.peers is not None and not await self.recovery.alive(holder):
                     taken = await self.leases.take_turn(conv.id, replacing=holder)
         finally:
             conv.starting.set()
@@ -301,7 +287,7 @@ class ChatHub:
 
     def _start(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None = None,
         resume: Sequence[ResumableCall] = (),
@@ -315,13 +301,7 @@ class ChatHub:
         holds (by replay), or have the live worker running its turn show it again."""
         conv = self._conversation(conversation_id)
         try:
-            if await self._recover(conv):
-                return True
-            if not conv.busy and self.peers is not None:
-                holder = await self.leases.turn_holder(conversation_id)
-                if holder and await self._alive(holder):
-                    await self.peers.show(holder, conversation_id)
-            return False
+            return await self.recovery.recover(conv)
         finally:
             self._forget_if_idle(conv)
 
@@ -335,118 +315,14 @@ class ChatHub:
         for form in self.pending_forms(conversation_id):
             await self.sink(conv.id, form)
 
-    async def _recover(self, conv: ConversationRuntime) -> bool:
-        if conv.busy:
-            return False
-        conv.starting = asyncio.Event()  # answers arriving now wait for the outcome
-        try:
-            calls = [
-                c
-                for c in await self.store.resumable(conv.id)
-                if self.manager.get(c.call_id) is None
-            ]
-            if not calls:
-                return False
-            holder = await self.leases.turn_holder(conv.id)
-            if holder and await self._alive(holder):
-                return False  # a live worker runs this conversation's turn
-            orphans = [c for c in calls if not await self._alive(c.worker)]
-            if not orphans or not await self.leases.take_turn(conv.id, replacing=holder):
-                return False
-            claimed = [c for c in orphans if await self.store.claim(c.call_id, c.worker)]
-            if not claimed:
-                await self.leases.release_turn(conv.id)
-                return False
-            for call in claimed:  # before the turn runs: answers arriving now wait for the form
-                conv.resuming[call.call_id] = asyncio.Event()
-            self._start(conv, lost=[], resume=claimed)
-            return True
-        finally:
-            conv.starting.set()
-            conv.starting = None
-
-    async def _alive(self, worker: str) -> bool:
-        return bool(worker) and self.peers is not None and await self.peers.alive(worker)
-
-    async def _deliver_when_shown(
-        self, conv: ConversationRuntime, cmd: ElicitResponseCommand, timeout: float = 10.0
-    ) -> None:
-        """Deliver an answer for a call being resumed by replay once its question shows again.
-
-        Only a call in ``conv.resuming`` is waited for, and only until its replay shows the
-        question or ends: the socket that sent the answer handles nothing else meanwhile.
-        """
-        shown = conv.resuming.get(cmd.call_id)
-        if shown is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(shown.wait(), timeout)
-        pending = conv.pending.get(cmd.call_id)
-        if pending is not None and pending.waiter is not None:
-            await self._deliver(conv, cmd)
-            return
-        raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
-
-    async def _phase(self, conv: ConversationRuntime, phase: Phase) -> None:
+    async def _phase(self, conv: LiveConversation, phase: Phase) -> None:
         conv.phase = phase
         await self.store.save_phase(conv.id, phase)
         await self.sink(conv.id, self._state(conv))
 
-    async def _unmatched_response(
-        self, conv: ConversationRuntime, cmd: ElicitResponseCommand
-    ) -> None:
-        if conv.starting is not None:  # a turn is being started: maybe the one resuming it
-            await conv.starting.wait()
-            if cmd.call_id in conv.pending:
-                await self._deliver_when_shown(conv, cmd)
-                return
-        if cmd.call_id in conv.resuming:
-            await self._deliver_when_shown(conv, cmd)  # being replayed: its form comes back
-            return
-        if self.manager.get(cmd.call_id) is not None and cmd.call_id in conv.calls:
-            # Live here with no question open (answered, the tool works on): nothing to wait for.
-            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
-        if cmd.call_id not in dangling_calls(await self.store.messages(conv.id)):
-            raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
-        if await self._route(conv, cmd):
-            return
-        # Its journal survived: resume, then answer. recover() may resume other calls of the
-        # conversation and not this one (claimed elsewhere, or no journal): then do not wait.
-        if await self._recover(conv) and cmd.call_id in conv.resuming:
-            await self._deliver_when_shown(conv, cmd)
-            return
-        await self._begin(conv, lost=[cmd])
-
-    async def _route(self, conv: ConversationRuntime, cmd: ElicitResponseCommand) -> bool:
-        """Hand the answer to the live worker holding its call; False once none holds it.
-
-        A live owner that cannot be reached (its channel layer reconnecting) is tried again
-        until it answers or its heartbeat expires; the answer is never dropped meanwhile.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ROUTE_PATIENCE
-        while True:
-            owner = next(
-                (c.worker for c in await self.store.resumable(conv.id) if c.call_id == cmd.call_id),
-                "",
-            )
-            if not await self._alive(owner):
-                logger.info("answer for %s: owner %r is gone; resuming here", cmd.call_id, owner)
-                return False
-            assert self.peers is not None
-            if await self.peers.route(owner, conv.id, cmd):
-                logger.info("answer for %s handed to worker %s", cmd.call_id, owner)
-                return True  # the worker holding the session took the answer
-            if loop.time() > deadline:
-                raise CommandRefused(
-                    "UNREACHABLE",
-                    "The server holding this tool call is alive but cannot be reached right "
-                    "now; please send your answer again in a moment.",
-                )
-            await asyncio.sleep(ROUTE_RETRY)  # back off before asking the owner again
-
     async def _turn(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None,
         resume: Sequence[ResumableCall] = (),
@@ -505,7 +381,7 @@ class ChatHub:
             await self._phase(conv, "done")
         self._forget_if_idle(conv)  # nothing runs or waits: nothing to remember
 
-    async def _keep_lease(self, conv: ConversationRuntime) -> None:
+    async def _keep_lease(self, conv: LiveConversation) -> None:
         """Renew the conversation's lease while its turn runs."""
         while True:
             await asyncio.sleep(LEASE_RENEW_SECONDS)
@@ -517,7 +393,7 @@ class ChatHub:
 
     async def _append_results(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         call_ids: Sequence[str],
         outcomes: Sequence[str | BaseException],
     ) -> None:
@@ -534,7 +410,7 @@ class ChatHub:
                 {"role": "tool", "tool_call_id": call_id, "content": outcome},
             )
 
-    async def _recover_lost(self, conv: ConversationRuntime, sessions: dict[str, str]) -> None:
+    async def _recover_lost(self, conv: LiveConversation, sessions: dict[str, str]) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""
         for call_id in dangling_calls(await self.store.messages(conv.id)):
             if self.manager.get(call_id) is not None:
@@ -555,7 +431,7 @@ class ChatHub:
             )
 
     async def _stream_reply(
-        self, conv: ConversationRuntime, messages: list[dict[str, Any]]
+        self, conv: LiveConversation, messages: list[dict[str, Any]]
     ) -> Completion | None:
         message_id = uuid.uuid4().hex
         reply = Completion()

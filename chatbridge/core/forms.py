@@ -1,18 +1,17 @@
-"""Open questions of a conversation and the render surface that shows their forms."""
+"""The render surface that shows a conversation's open questions as forms."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from chatbridge.core.conversation import PendingElicit
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.plugins import FieldErrors, FormPost
 from chatbridge.core.protocol import ChatEvent, ElicitForm
 
-__all__ = ["FormRenderer", "FormSurface", "PendingElicit"]
+__all__ = ["FormRenderer", "FormSurface"]
 
 
 class FormRenderer(Protocol):
@@ -27,44 +26,6 @@ class FormRenderer(Protocol):
         *,
         session_id: str,
     ) -> str: ...
-
-
-@dataclass
-class PendingElicit:
-    """A tool waiting for the user, whatever kind of tool it is (seed 002): its ids, what it
-    asked, whether an answer is being processed, the form shown and the post awaited."""
-
-    call_id: str
-    session_id: str
-    tool_name: str
-    elicit_id: str
-    key: str
-    context: dict[str, Any] = field(default_factory=dict)
-    schema: dict[str, Any] = field(default_factory=dict)
-    status: Literal["pending", "responded"] = "pending"
-    since: float = field(default_factory=time.time)
-    form: ElicitForm | None = None
-    waiter: asyncio.Future[FormPost] | None = None
-
-    @classmethod
-    def for_request(cls, request: ElicitRequest, session_id: str) -> PendingElicit:
-        return cls(
-            call_id=request.call_id,
-            session_id=session_id,
-            tool_name=request.tool_name,
-            elicit_id=str(request.id),
-            key=request.key,
-            context=request.context,
-            schema=request.schema.json,
-        )
-
-    def deliver(self, post: FormPost) -> bool:
-        """Hand a post to the waiting form; False if nothing is waiting."""
-        if self.waiter is None or self.waiter.done():
-            return False
-        self.status = "responded"
-        self.waiter.set_result(post)
-        return True
 
 
 class FormSurface:

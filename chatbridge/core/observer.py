@@ -9,6 +9,7 @@ the session's ``JournalStore`` (core/journal.py) instead, whose failure stops th
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -51,11 +52,15 @@ class SessionObserver(Protocol):
         """The session completed, failed or was aborted."""
 
 
-async def observe(observer: SessionObserver | None, method: str, *args: Any) -> None:
-    """Call ``observer.<method>(*args)`` if there is an observer; log its failures."""
+async def observe(
+    observer: SessionObserver | None, call: Callable[[SessionObserver], Awaitable[None]]
+) -> None:
+    """``await call(observer)`` if there is an observer, e.g. ``lambda o:
+    o.status_changed(session)`` (typed: mypy checks the method and its arguments); a failure is
+    logged, never raised."""
     if observer is None:
         return
     try:
-        await getattr(observer, method)(*args)
+        await call(observer)
     except Exception:  # a broken recorder must not break the tool it records
-        logger.exception("session observer %s failed", method)
+        logger.exception("session observer %s failed", type(observer).__name__)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from chatbridge.core.approval import DENIED_BY, denial_reason
-from chatbridge.core.context import CallRuntime, ToolContext
+from chatbridge.core.context import CallState, ToolContext
 from chatbridge.core.elicit import (
     Cancel,
     ElicitId,
@@ -115,9 +115,7 @@ class PluginSession:
         self._sampler = sampler
         self._clock = clock
         self._on_finish = on_finish
-        self._runtime = CallRuntime(
-            tool, call_id, params.model_dump(mode="json"), self, self._journal
-        )
+        self._state = CallState(tool, call_id, params.model_dump(mode="json"), self, self._journal)
         self._status: SessionStatus = "running"
         # A plain list and futures made on demand: a suspended session costs little memory.
         self._events: list[SessionEvent] = []
@@ -242,7 +240,8 @@ class PluginSession:
             self.pending_attempts += 1
             self.pending_errors = exc
             data = result_to_dict(result).get("content") or {}
-            await observe(self.observer, "answer_rejected", self, wanted, data, exc.field_errors())
+            errors = exc.field_errors()
+            await observe(self.observer, lambda o: o.answer_rejected(self, wanted, data, errors))
             raise
         self._pending = None
         self._touch()
@@ -257,11 +256,9 @@ class PluginSession:
         self._touch()
         await observe(
             self.observer,
-            "answer_rejected",
-            self,
-            str(pending[0].id),
-            {},
-            {"__all__": ["expired: no answer in time"]},
+            lambda o: o.answer_rejected(
+                self, str(pending[0].id), {}, {"__all__": ["expired: no answer in time"]}
+            ),
         )
         pending[1].set_result(Cancel())
         return True
@@ -281,17 +278,17 @@ class PluginSession:
         """
         if self._terminal is not None:
             return
-        if self._runtime.aborted is None:
+        if self._state.aborted is None:
             self.aborted_by = by
-            self._runtime.aborted = SessionAborted(self.id, reason)
+            self._state.aborted = SessionAborted(self.id, reason)
             if self._pending is not None and not self._pending[1].done():
-                self._pending[1].set_exception(self._runtime.aborted)
+                self._pending[1].set_exception(self._state.aborted)
             elif self._task is not None:
                 self._task.cancel(reason)
         task = self._task
         if task is None:
             self._finish(AbortedEvent(self.id, reason), "aborted")
-            await observe(self.observer, "session_ended", self, self._terminal)
+            await self._observe_end()
             return
         if task is asyncio.current_task():
             return  # a tool aborting itself: it unwinds by raising SessionAborted
@@ -326,35 +323,37 @@ class PluginSession:
         self._pending = (request, future)
         self.pending_attempts, self.pending_errors = 0, None
         self._set_status("awaiting_elicit")
-        await observe(self.observer, "status_changed", self)
+        await observe(self.observer, lambda o: o.status_changed(self))
         self._emit(ElicitEvent(self.id, request))
         try:
             return await future
         finally:
             self._pending = None
             self._set_status("running")
-            if self._runtime.aborted is None and not self._parked:
-                await observe(self.observer, "status_changed", self)
+            if self._state.aborted is None and not self._parked:
+                await observe(self.observer, lambda o: o.status_changed(self))
 
     async def complete(self, request: SampleRequest) -> SampleResult:
         self._set_status("awaiting_sample")
-        await observe(self.observer, "status_changed", self)
+        await observe(self.observer, lambda o: o.status_changed(self))
         try:
             return await self._sampler(request)
         finally:
             self._set_status("running")
-            if self._runtime.aborted is None and not self._parked:
-                await observe(self.observer, "status_changed", self)
+            if self._state.aborted is None and not self._parked:
+                await observe(self.observer, lambda o: o.status_changed(self))
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
         if kind == "step":  # a side effect runs only while this worker holds the call
             await self._durably(self.journal_store.check_held(self))
-        await observe(self.observer, "capability_requested", self, seq, kind, key, request)
+        await observe(
+            self.observer, lambda o: o.capability_requested(self, seq, kind, key, request)
+        )
 
     async def recorded(self, entry: JournalEntry) -> None:
         # Durable first: the tool goes on only once its store holds the entry.
         await self._durably(self.journal_store.append(self, entry))
-        await observe(self.observer, "capability_recorded", self, entry)
+        await observe(self.observer, lambda o: o.capability_recorded(self, entry))
 
     async def _durably(self, write: Awaitable[None]) -> None:
         """Await the journal store: its ``ChatBridgeError`` (another worker took the call)
@@ -379,7 +378,7 @@ class PluginSession:
     # -- internals --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        ctx = ToolContext(self._runtime)
+        ctx = ToolContext(self._state)
         try:
             if self.tool.needs_approval:
                 await self._approve(ctx)
@@ -391,7 +390,7 @@ class PluginSession:
             if self._parked:  # not an end of the call: nothing is observed or recorded
                 self._finish(AbortedEvent(self.id, _PARKED), "aborted")
                 raise
-            aborted = self._runtime.aborted
+            aborted = self._state.aborted
             self._finish(
                 AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted"
             )
@@ -400,19 +399,19 @@ class PluginSession:
         except Exception as exc:  # any tool bug ends the session as failed, never the process
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
-            cause = self._runtime.stopped or exc  # what stopped the call, whatever it raised
+            cause = self._state.stopped or exc  # what stopped the call, whatever it raised
             self._finish(FailedEvent(self.id, f"{type(cause).__name__}: {cause}", cause), "failed")
         else:
-            stopped = self._runtime.stopped
-            if self._runtime.aborted is not None:  # it swallowed SessionAborted
-                self._finish(AbortedEvent(self.id, self._runtime.aborted.reason), "aborted")
+            stopped = self._state.stopped
+            if self._state.aborted is not None:  # it swallowed SessionAborted
+                self._finish(AbortedEvent(self.id, self._state.aborted.reason), "aborted")
             elif stopped is not None:  # it swallowed the failed journal write
                 self._finish(
                     FailedEvent(self.id, f"{type(stopped).__name__}: {stopped}", stopped), "failed"
                 )
             else:
                 self._finish(CompletedEvent(self.id, result), "completed")
-        await observe(self.observer, "session_ended", self, self._terminal)
+        await self._observe_end()
 
     async def _approve(self, ctx: ToolContext) -> None:
         """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""
@@ -437,6 +436,11 @@ class PluginSession:
             self._touch()
             self._events.append(event)
             self._wake()
+
+    async def _observe_end(self) -> None:
+        ended = self._terminal
+        assert ended is not None, "_finish ran first"
+        await observe(self.observer, lambda o: o.session_ended(self, ended))
 
     def _finish(self, event: SessionEvent, status: SessionStatus) -> None:
         if self._terminal is not None:
@@ -511,7 +515,7 @@ class SessionManager:
             meta=meta,
         )
         self._sessions[call_id] = session
-        await observe(self.observer, "session_started", session)
+        await observe(self.observer, lambda o: o.session_started(session))
         session.start()
         self._ensure_reaper()
         return session

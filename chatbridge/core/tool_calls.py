@@ -11,14 +11,15 @@ from typing import Any
 from chatbridge.core.approval import APPROVAL_KEY, DENIED_BY
 from chatbridge.core.completion import ToolCallRequest
 from chatbridge.core.conversation import (
-    ConversationRuntime,
     EventSink,
+    LiveConversation,
     PendingApproval,
+    PendingElicit,
     ResumableCall,
 )
 from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
-from chatbridge.core.forms import FormRenderer, FormSurface, PendingElicit
+from chatbridge.core.forms import FormRenderer, FormSurface
 from chatbridge.core.observer import observe
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
@@ -49,12 +50,12 @@ class ToolCallRunner:
         manager: SessionManager,
         sink: EventSink,
         render_form: FormRenderer,
-        set_phase: Callable[[ConversationRuntime, Phase], Awaitable[None]],
+        set_phase: Callable[[LiveConversation, Phase], Awaitable[None]],
     ) -> None:
         self.registry, self.manager, self.sink = registry, manager, sink
         self.render_form, self.set_phase = render_form, set_phase
 
-    async def run(self, conv: ConversationRuntime, call: ToolCallRequest) -> str:
+    async def run(self, conv: LiveConversation, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
         plugin = self.registry.get(call.name)
         if plugin is None:
@@ -80,14 +81,14 @@ class ToolCallRunner:
         await self.sink(conv.id, event)
         return await self._drive(conv, plugin, session, event)
 
-    async def resume(self, conv: ConversationRuntime, call: ResumableCall) -> str:
+    async def resume(self, conv: LiveConversation, call: ResumableCall) -> str:
         """Resume a suspended call by replaying its journal (after a restart or a takeover)."""
         try:
             return await self._resume(conv, call)
         finally:
             conv.resumed(call.call_id)  # ended without showing a question (or showed it)
 
-    async def _resume(self, conv: ConversationRuntime, call: ResumableCall) -> str:
+    async def _resume(self, conv: LiveConversation, call: ResumableCall) -> str:
         plugin = self.registry.get(call.tool_name)
         if plugin is None:
             return f"Error: Unknown tool {call.tool_name!r}; the call cannot be resumed."
@@ -108,7 +109,7 @@ class ToolCallRunner:
         return await self._drive(conv, plugin, session, started)
 
     async def _approval(
-        self, conv: ConversationRuntime, session: PluginSession, request: ElicitRequest
+        self, conv: LiveConversation, session: PluginSession, request: ElicitRequest
     ) -> None:
         """The call's approval question, shown as the chat's approve/deny prompt."""
         call_id, arguments = session.call_id, session.params.model_dump(mode="json")
@@ -132,7 +133,7 @@ class ToolCallRunner:
 
     async def _drive(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         plugin: Plugin,
         session: PluginSession,
         started: ToolCallEvent,
@@ -187,7 +188,7 @@ class ToolCallRunner:
 
     async def _answer(
         self,
-        conv: ConversationRuntime,
+        conv: LiveConversation,
         plugin: Plugin,
         session: PluginSession,
         request: ElicitRequest,
@@ -209,7 +210,8 @@ class ToolCallRunner:
 
         async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
             await observe(
-                session.observer, "answer_rejected", session, str(request.id), data, errors
+                session.observer,
+                lambda o: o.answer_rejected(session, str(request.id), data, errors),
             )
 
         surface = FormSurface(
@@ -255,7 +257,7 @@ class ToolCallRunner:
             conv.pending.pop(request.call_id, None)
             await self.set_phase(conv, conv.waiting_phase())
 
-    def _sink_for(self, conv: ConversationRuntime) -> Callable[[ChatEvent], Awaitable[None]]:
+    def _sink_for(self, conv: LiveConversation) -> Callable[[ChatEvent], Awaitable[None]]:
         async def send(event: ChatEvent) -> None:
             if isinstance(event, ElicitForm):  # shown, its post awaited: answers go straight in
                 conv.resumed(event.call_id)

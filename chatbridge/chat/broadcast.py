@@ -1,45 +1,27 @@
-"""The chat's view of the process runtime: its hub and sessions, and publishing events.
+"""Publishing a conversation's events to its sockets, through the channel layer's groups.
 
 The hub and the session manager belong to the process's ``ChatBridgeRuntime``
-(``chatbridge.runtime``), not to any socket: a dropped WebSocket leaves running tools and turns
-alone, and a reconnecting browser finds them again.
+(``chatbridge.runtime.current_runtime()``), not to any socket: a dropped WebSocket leaves
+running tools and turns alone, and a reconnecting browser finds them again.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from channels.layers import get_channel_layer
 
 from chatbridge.core.protocol import ChatEvent
 
-if TYPE_CHECKING:
-    from chatbridge.core.engine import ChatHub
-    from chatbridge.core.sessions import SessionManager
-
-__all__ = ["conversation_group", "get_hub", "get_session_manager", "publish"]
+__all__ = ["conversation_group", "publish"]
 
 logger = logging.getLogger("chatbridge.chat")
 _publish_failing = False  # in an outage: log its first failure only
 
 
 def conversation_group(conversation_id: str) -> str:
+    """The channel-layer group of a conversation's sockets."""
     return f"chat.{conversation_id}"
-
-
-def get_session_manager() -> SessionManager:
-    """The running runtime's session manager (``RuntimeNotRunning`` if there is none)."""
-    from chatbridge.runtime import current_runtime  # the runtime builds this module's users
-
-    return current_runtime().manager
-
-
-def get_hub() -> ChatHub:
-    """The running runtime's chat hub (``RuntimeNotRunning`` if there is none)."""
-    from chatbridge.runtime import current_runtime
-
-    return current_runtime().hub
 
 
 async def publish(conversation_id: str, event: ChatEvent) -> None:
