@@ -20,9 +20,10 @@ sessions and the listener stop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from types import TracebackType
 from typing import Any
 
@@ -239,6 +240,12 @@ async def _unavailable(send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _fresh_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A task with a context of its own: reactor callbacks may run inside another task's
+    context (asgiref's sync_to_async would then refuse to run, fearing a deadlock)."""
+    return asyncio.get_event_loop().create_task(coro, context=contextvars.Context())
+
+
 def daphne_hooks(factory: Callable[[], ChatBridgeRuntime]) -> bool:
     """Under daphne (no lifespan): start a runtime when its reactor runs, close it before the
     reactor shuts down (SIGTERM, SIGINT). False when this process is not a daphne server."""
@@ -256,13 +263,13 @@ def daphne_hooks(factory: Callable[[], ChatBridgeRuntime]) -> bool:
             await runtime.start()
             box.append(runtime)
 
-        _starting = asyncio.ensure_future(run())
+        _starting = _fresh_task(run())
         return defer.Deferred.fromFuture(_starting)
 
     def stop() -> defer.Deferred[None] | None:
         if not box:
             return None
-        return defer.Deferred.fromFuture(asyncio.ensure_future(box.pop().aclose()))
+        return defer.Deferred.fromFuture(_fresh_task(box.pop().aclose()))
 
     reactor.callWhenRunning(start)
     reactor.addSystemEventTrigger("before", "shutdown", stop)  # type: ignore[arg-type]

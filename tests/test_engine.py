@@ -264,3 +264,28 @@ async def test_an_answer_for_a_live_call_between_questions_is_refused_at_once(hu
     assert not call.done()
     LongJob.gate.set()
     assert json.loads(await call) == {"done": True}
+
+
+async def test_a_message_while_a_reconnecting_socket_checks_for_calls_to_resume_is_not_busy(
+    hub: Any,
+) -> None:
+    """Sockets call recover() as they connect; a message sent meanwhile used to get BUSY."""
+    chat, store, events = hub
+    checking, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_resumable(conversation_id: str) -> list[Any]:
+        checking.set()
+        await release.wait()  # the database is slow to say there is nothing to resume
+        return []
+
+    store.resumable = slow_resumable
+    recovering = asyncio.create_task(chat.recover("c"))
+    await checking.wait()
+    sending = asyncio.create_task(chat.user_message("c", "Hello there"))
+    await asyncio.sleep(0)  # the message reaches the hub while the check is under way
+    assert not sending.done()
+    release.set()
+    assert await recovering is False
+    await sending  # no CommandRefused("BUSY")
+    await chat.wait_idle("c")
+    assert [e.type for e in events][:1] == ["user_message"], [e.type for e in events]

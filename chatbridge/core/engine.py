@@ -108,8 +108,15 @@ class ChatHub:
     # -- commands ---------------------------------------------------------------------------
 
     async def user_message(self, conversation_id: str, text: str) -> None:
-        """Start a turn for ``text``; refused while a turn runs here or on another worker."""
+        """Start a turn for ``text``; refused while a turn runs here or on another worker.
+
+        A turn being started or resumed (a reconnecting socket checking for calls to resume)
+        is waited for first: a message is refused only if a turn then runs.
+        """
         conv = self._conversation(conversation_id)
+        while conv.starting is not None and not conv.running:
+            await conv.starting.wait()
+            conv = self._conversation(conversation_id)  # it may have been forgotten meanwhile
         try:
             await self._begin(conv, lost=[], text=text)
         finally:
