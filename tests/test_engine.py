@@ -281,9 +281,9 @@ async def test_a_message_while_a_reconnecting_socket_checks_for_calls_to_resume_
     store.resumable = slow_resumable
     recovering = asyncio.create_task(chat.recover("c"))
     await checking.wait()
+    # Created before the check is released, the message's task runs first (tasks start in
+    # order): it reaches the hub while the check is still under way.
     sending = asyncio.create_task(chat.user_message("c", "Hello there"))
-    await asyncio.sleep(0)  # the message reaches the hub while the check is under way
-    assert not sending.done()
     release.set()
     assert await recovering is False
     await sending  # no CommandRefused("BUSY")
