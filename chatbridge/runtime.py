@@ -77,8 +77,8 @@ class ChatBridgeRuntime:
         from chatbridge.chat.workers import ChannelPeers
         from chatbridge.chat.writer import Writer
         from chatbridge.core.engine import ChatHub
+        from chatbridge.core.manager import SessionManager
         from chatbridge.core.sampling import LiteLLMSampler
-        from chatbridge.core.sessions import SessionManager
         from chatbridge.mcp.endpoint import build_mcp_endpoint
 
         timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT

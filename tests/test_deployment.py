@@ -26,9 +26,9 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sampling import LiteLLMSampler
-from chatbridge.core.sessions import SessionManager
 from chatbridge.environment import (
     database_from_url,
     env_flag,

@@ -35,7 +35,7 @@ def test_core_and_llm_modules_import_nothing_from_the_web_stack() -> None:
 
 def test_importing_the_public_api_loads_no_web_framework() -> None:
     code = (
-        "import sys, chatbridge, chatbridge.core.sessions, chatbridge.core.plugins\n"
+        "import sys, chatbridge, chatbridge.core.manager, chatbridge.core.plugins\n"
         "import chatbridge.llm\n"
         "web = ('django', 'channels', 'daphne')\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in web)\n"

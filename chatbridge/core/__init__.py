@@ -35,6 +35,7 @@ from chatbridge.core.exceptions import (
 from chatbridge.core.guest_ui import guest_ui
 from chatbridge.core.handoff import create_tool
 from chatbridge.core.journal import JournalEntry
+from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import (
     FormPost,
     Plugin,
@@ -46,7 +47,7 @@ from chatbridge.core.plugins import (
 )
 from chatbridge.core.rules import AnswerRefused, answer_rule
 from chatbridge.core.sampling import SampleResult
-from chatbridge.core.sessions import PluginSession, SessionInfo, SessionManager
+from chatbridge.core.sessions import PluginSession, SessionInfo
 from chatbridge.core.tools import McpTool, ToolHints, create_mcp_tool
 
 __all__ = [

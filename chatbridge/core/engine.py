@@ -31,6 +31,7 @@ from chatbridge.core.conversation import (
 )
 from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.forms import FormRenderer
+from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import FormPost, PluginRegistry
 from chatbridge.core.protocol import (
     Abort,
@@ -48,7 +49,6 @@ from chatbridge.core.protocol import (
     UserMessage,
 )
 from chatbridge.core.recovery import Recovery
-from chatbridge.core.sessions import SessionManager
 from chatbridge.core.tool_calls import ToolCallRunner
 
 __all__ = [

@@ -20,6 +20,7 @@ from chatbridge.core.conversation import (
 from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface
+from chatbridge.core.manager import SessionManager
 from chatbridge.core.observer import observe
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
@@ -33,7 +34,7 @@ from chatbridge.core.protocol import (
     ProgressNote,
     ToolCallEvent,
 )
-from chatbridge.core.sessions import PluginSession, SessionManager
+from chatbridge.core.sessions import PluginSession
 
 __all__ = ["ToolCallRunner"]
 

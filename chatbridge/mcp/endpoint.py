@@ -10,7 +10,7 @@ from django.template.loader import render_to_string
 
 from chatbridge.chat.models import ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
-from chatbridge.core.sessions import SessionManager
+from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.rounds import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings

@@ -31,7 +31,8 @@ from chatbridge.core.approval import APPROVAL_KEY, DENIED_BY, Approval
 from chatbridge.core.elicit import ElicitId, ElicitRequest, result_to_dict, validate_result
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitValidationError
-from chatbridge.core.sessions import PluginSession, SessionManager
+from chatbridge.core.manager import SessionManager
+from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
 

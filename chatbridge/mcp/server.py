@@ -27,8 +27,9 @@ from pydantic import BaseModel
 
 from chatbridge.core.approval import APPROVAL_KEY, Approval
 from chatbridge.core.exceptions import ChatBridgeError
+from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
-from chatbridge.core.sessions import PluginSession, SessionManager
+from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
