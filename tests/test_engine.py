@@ -17,7 +17,7 @@ from chatbridge import (
     make_plugin,
 )
 from chatbridge.core.completion import ToolCallRequest
-from chatbridge.core.engine import LOST_SESSION_MESSAGE, ChatHub, dangling_calls
+from chatbridge.core.engine import LOST_SESSION_MESSAGE, ChatHub, CommandRefused, dangling_calls
 from chatbridge.core.protocol import ChatEvent, ElicitResponseCommand
 from chatbridge.core.sampling import LiteLLMSampler
 from plugins.book_flight.plugin import book_flight_plugin
@@ -289,3 +289,14 @@ async def test_a_message_while_a_reconnecting_socket_checks_for_calls_to_resume_
     await sending  # no CommandRefused("BUSY")
     await chat.wait_idle("c")
     assert [e.type for e in events][:1] == ["user_message"], [e.type for e in events]
+
+
+async def test_a_hub_that_is_closing_starts_no_turn(hub: Any) -> None:
+    chat, _, events = hub
+    await chat.close()  # the process is shutting down
+    with pytest.raises(CommandRefused) as refused:
+        await chat.user_message("c", "Hello there")
+    assert refused.value.code == "SHUTTING_DOWN"
+    assert "restarting" in str(refused.value)
+    assert await chat.recover("c") is False
+    assert events == []

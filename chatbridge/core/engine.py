@@ -62,6 +62,7 @@ __all__ = [
 logger = logging.getLogger("chatbridge.engine")
 
 LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
+SHUTTING_DOWN = "The server is restarting; please send that again in a moment."
 BUSY_ELSEWHERE = (
     "Another server is running a reply in this conversation; please wait for it, or abort "
     "the running tool."
@@ -103,6 +104,7 @@ class ChatHub:
             set_phase=self._phase,
         )
         self._conversations: dict[str, LiveConversation] = {}
+        self._closed = False  # the process is shutting down: no new turns
         self.recovery = Recovery(self, start=self._start, begin=self._begin, deliver=self._deliver)
 
     # -- commands ---------------------------------------------------------------------------
@@ -234,7 +236,8 @@ class ChatHub:
         return [p.form for p in conv.pending.values() if p.form is not None] if conv else []
 
     async def close(self) -> None:
-        """Stop every turn without recording anything (process shutdown)."""
+        """Stop every turn without recording anything (process shutdown); start no more."""
+        self._closed = True
         turns = [c.turn for c in self._conversations.values() if c.turn is not None]
         for turn in turns:
             turn.cancel()
@@ -274,6 +277,8 @@ class ChatHub:
         text: str | None = None,
     ) -> None:
         """Take the conversation's lease and start a turn; BUSY if one runs anywhere."""
+        if self._closed:
+            raise CommandRefused("SHUTTING_DOWN", SHUTTING_DOWN)
         if conv.busy:
             raise CommandRefused(
                 "BUSY", "Please wait for the current reply, or abort the running tool."
@@ -306,6 +311,8 @@ class ChatHub:
     async def recover(self, conversation_id: str) -> bool:
         """A socket (re)connects: resume the conversation's suspended calls that no live worker
         holds (by replay), or have the live worker running its turn show it again."""
+        if self._closed:
+            return False  # shutting down: the next process resumes them
         conv = self._conversation(conversation_id)
         try:
             return await self.recovery.recover(conv)
