@@ -124,6 +124,8 @@ async def test_decline_and_abort_buttons(browser: Browser, server: str) -> None:
     await expect(page.get_by_text("Not booked: flight selection declined")).to_be_visible(
         timeout=15000
     )
+    # The reply to the declined call ends the turn; a message sent before that is BUSY.
+    await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
 
     await ask_for_flights(page)
     await page.get_by_role("button", name="Abort").click()

@@ -4,12 +4,10 @@ contracts around it."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.plugins import FormPost
 from chatbridge.core.protocol import (
@@ -21,6 +19,7 @@ from chatbridge.core.protocol import (
     ElicitResponseCommand,
     Phase,
 )
+from chatbridge.core.sessions import PluginSession
 
 __all__ = [
     "LOST_SESSION_MESSAGE",
@@ -146,38 +145,35 @@ class ResumableCall:
 
 @dataclass
 class PendingElicit:
-    """A tool waiting for the user, whatever kind of tool it is (seed 002): its ids, what it
-    asked, whether an answer is being processed, the form shown and the post awaited."""
+    """A question of a call open in this conversation, whatever kind of tool asked it (seed
+    002): the session that owns it and the post its form waits for. What was asked, the form
+    last shown and the refused answers are the session's; nothing here copies them."""
 
-    call_id: str
-    session_id: str
-    tool_name: str
+    session: PluginSession
     elicit_id: str
-    key: str
-    context: dict[str, Any] = field(default_factory=dict)
-    schema: dict[str, Any] = field(default_factory=dict)
-    status: Literal["pending", "responded"] = "pending"
-    since: float = field(default_factory=time.time)
-    form: ElicitForm | None = None
     waiter: asyncio.Future[FormPost] | None = None
 
-    @classmethod
-    def for_request(cls, request: ElicitRequest, session_id: str) -> PendingElicit:
-        return cls(
-            call_id=request.call_id,
-            session_id=session_id,
-            tool_name=request.tool_name,
-            elicit_id=str(request.id),
-            key=request.key,
-            context=request.context,
-            schema=request.schema.json,
-        )
+    @property
+    def call_id(self) -> str:
+        return self.session.call_id
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def form(self) -> ElicitForm | None:
+        """The form last shown for this question (the session keeps it while it is open)."""
+        request = self.session.pending
+        shown = self.session.shown
+        if request is None or str(request.id) != self.elicit_id:
+            return None
+        return shown if isinstance(shown, ElicitForm) else None
 
     def deliver(self, post: FormPost) -> bool:
         """Hand a post to the waiting form; False if nothing is waiting."""
         if self.waiter is None or self.waiter.done():
             return False
-        self.status = "responded"
         self.waiter.set_result(post)
         return True
 

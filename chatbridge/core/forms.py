@@ -68,8 +68,7 @@ class FormSurface:
             html=html,
         )
         waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
-        self._pending.form, self._pending.waiter = form, waiter
-        self._pending.status = "pending"
+        self._pending.session.shown, self._pending.waiter = form, waiter
         await self._send(form)
         try:
             self._last = await waiter

@@ -120,9 +120,12 @@ class PluginSession:
         self._wakeups: list[asyncio.Future[None]] = []
         self._terminal: SessionEvent | None = None
         self._pending: tuple[ElicitRequest, asyncio.Future[ElicitResult[Any]]] | None = None
-        # The open question's refused answers: counted here, never by what a client sends.
+        # The open question's refused answers (counted here, never by what a client sends),
+        # the last refusal, and what a host last showed for it (the chat's form).
         self.pending_attempts = 0
         self.pending_errors: ElicitValidationError | None = None
+        self.pending_field_errors: dict[str, list[str]] = {}
+        self.shown: Any = None
         self._task: asyncio.Task[None] | None = None
         self._parked = False
         self.created_at = self.updated_at = datetime.now(UTC)
@@ -235,15 +238,21 @@ class PluginSession:
                 result, request.schema.model, wanted, context=request.context
             )
         except ElicitValidationError as exc:
-            self.pending_attempts += 1
             self.pending_errors = exc
             data = result_to_dict(result).get("content") or {}
-            errors = exc.field_errors()
-            await observe(self.observer, lambda o: o.answer_rejected(self, wanted, data, errors))
+            await self.refused(wanted, data, exc.field_errors())
             raise
         self._pending = None
         self._touch()
         future.set_result(validated)
+
+    async def refused(
+        self, elicit_id: str, data: dict[str, Any], errors: dict[str, list[str]]
+    ) -> None:
+        """An answer to the open question was refused (here, or by the form that shows it)."""
+        self.pending_attempts += 1
+        self.pending_field_errors = errors
+        await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, data, errors))
 
     async def expire(self) -> bool:
         """Answer the pending question with ``Cancel`` (nobody answered in time)."""
@@ -319,14 +328,15 @@ class PluginSession:
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
         future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._pending = (request, future)
-        self.pending_attempts, self.pending_errors = 0, None
+        self.pending_attempts, self.pending_errors, self.pending_field_errors = 0, None, {}
+        self.shown = None
         self._set_status("awaiting_elicit")
         await observe(self.observer, lambda o: o.status_changed(self))
         self._emit(ElicitEvent(self.id, request))
         try:
             return await future
         finally:
-            self._pending = None
+            self._pending, self.shown = None, None
             self._set_status("running")
             if self._state.aborted is None and not self._parked:
                 await observe(self.observer, lambda o: o.status_changed(self))

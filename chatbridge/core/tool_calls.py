@@ -21,7 +21,6 @@ from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
 from chatbridge.core.forms import FormRenderer, FormSurface
 from chatbridge.core.manager import SessionManager
-from chatbridge.core.observer import observe
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
 from chatbridge.core.protocol import (
     ApprovalRequest,
@@ -195,7 +194,7 @@ class ToolCallRunner:
         request: ElicitRequest,
     ) -> None:
         """Run the plugin's handler for ``request`` until it answers or the session ends."""
-        pending = PendingElicit.for_request(request, session.id)
+        pending = PendingElicit(session, str(request.id))
         conv.pending[request.call_id] = pending
         await self.set_phase(conv, conv.waiting_phase())
         await self.sink(
@@ -210,10 +209,7 @@ class ToolCallRunner:
         )
 
         async def rejected(data: dict[str, Any], errors: dict[str, list[str]]) -> None:
-            await observe(
-                session.observer,
-                lambda o: o.answer_rejected(session, str(request.id), data, errors),
-            )
+            await session.refused(str(request.id), data, errors)  # the session keeps count
 
         surface = FormSurface(
             request, session.id, pending, self.render_form, self._sink_for(conv), rejected
