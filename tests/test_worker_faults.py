@@ -143,11 +143,13 @@ class TakeoverStore(MemoryStore):
         super().__init__()
         self.messages_by_conv.update(messages)
         self.call, self.gate, self.claims = call, asyncio.Event(), 0
+        self.claiming = asyncio.Event()  # a claim reached the database and waits for it
 
     async def resumable(self, conversation_id: str) -> list[Any]:
         return [] if self.claims else [self.call]
 
     async def claim(self, call_id: str, worker: str) -> bool:
+        self.claiming.set()
         await self.gate.wait()
         self.claims += 1
         return self.claims == 1
@@ -189,10 +191,11 @@ async def test_an_answer_arriving_while_its_call_is_being_resumed_is_delivered()
     hub = book_flight_hub(store, inboxes)
     try:
         reconnect = asyncio.create_task(hub.recover("conv"))  # a socket connects: takeover
+        await store.claiming.wait()  # the takeover is under way, its claim not answered yet
         label = seat_map_for(flight_id).first_free()
         resent = asyncio.create_task(hub.elicit_response("conv", answer(seats, seat_label=label)))
-        for _ in range(10):  # let both reach the database before it answers
-            await asyncio.sleep(0)
+        # Created before the claim is answered, the answer's task runs first (tasks start in
+        # order): it arrives while the call is being resumed.
         store.gate.set()
         assert await reconnect is True
         await asyncio.wait_for(resent, 20)  # delivered: not refused as BUSY

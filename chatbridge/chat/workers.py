@@ -264,6 +264,19 @@ async def broadcast_abort(
     return str(replies[0]["worker"]) if replies else None
 
 
+async def _ask_worker(
+    worker: str, message: dict[str, Any], timeout: float, what: str
+) -> dict[str, Any] | None:
+    """Send ``message`` to ``worker`` alone; its first reply, or None if it is gone or the
+    channel layer is down."""
+    try:
+        replies = await _gather(message, timeout, 1, worker_group(worker))
+    except Exception as exc:  # the channel layer is down: the worker cannot be reached
+        logger.warning("%s to %s failed: %s", what, worker, exc)
+        return None
+    return replies[0] if replies else None
+
+
 class ChannelPeers:
     """The other workers, reached through the channel layer (``ChatHub``'s scale-out hooks)."""
 
@@ -282,12 +295,7 @@ class ChannelPeers:
             "conversation_id": conversation_id,
             "command": command.model_dump(mode="json"),
         }
-        try:
-            replies = await _gather(message, PEER_TIMEOUT, 1, worker_group(worker))
-        except Exception as exc:  # the channel layer is down: the worker cannot be reached
-            logger.warning("routing an answer to %s failed: %s", worker, exc)
-            return None
-        return replies[0] if replies else None
+        return await _ask_worker(worker, message, PEER_TIMEOUT, "routing an answer")
 
     async def show(self, worker: str, conversation_id: str) -> None:
         """Ask ``worker`` to publish the conversation's state and open forms again."""
@@ -312,9 +320,4 @@ class ChannelPeers:
             "conversation_id": conversation_id,
             "command": command.model_dump(mode="json"),
         }
-        try:
-            replies = await _gather(message, FORWARD_TIMEOUT, 1, worker_group(worker))
-        except Exception as exc:  # the channel layer is down: the worker cannot be reached
-            logger.warning("forwarding %s to %s failed: %s", command.type, worker, exc)
-            return None
-        return replies[0] if replies else None
+        return await _ask_worker(worker, message, FORWARD_TIMEOUT, f"forwarding {command.type}")

@@ -17,10 +17,11 @@ resumed from its persisted journal by replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -162,13 +163,9 @@ class Rounds:
         meta: Mapping[str, str],
     ) -> Outcome:
         """The first round: start the session, run it to its first question or its end."""
-        async with self._lock(call_id):
+        async with self._round(call_id):
             session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
-            try:
-                return await self._advance(session, caller, channel)
-            finally:  # even if this request is cancelled: a call nobody continues must end
-                if not session.finished:
-                    self._arm(session)
+            return await self._advance(session, caller, channel)
 
     async def retry(
         self,
@@ -180,14 +177,8 @@ class Rounds:
         meta: Mapping[str, str],
     ) -> Outcome:
         """A retry naming ``state``'s question, with the client's ``inputResponses``."""
-        async with self._lock(state.call_id):
-            self._disarm(state.call_id)
-            try:
-                return await self._retry(tool, arguments, state, responses, channel, meta)
-            finally:
-                session = self.manager.get(state.call_id)
-                if session is not None and not session.finished:
-                    self._arm(session)
+        async with self._round(state.call_id):
+            return await self._retry(tool, arguments, state, responses, channel, meta)
 
     async def _retry(
         self,
@@ -293,6 +284,19 @@ class Rounds:
             },
             request_state=state.dump(),
         )
+
+    @contextlib.asynccontextmanager
+    async def _round(self, call_id: str) -> AsyncIterator[None]:
+        """One round trip of a call at a time; its expiry is off meanwhile and armed again
+        after it, even if the request is cancelled: a call nobody continues must end."""
+        async with self._lock(call_id):
+            self._disarm(call_id)
+            try:
+                yield
+            finally:
+                session = self.manager.get(call_id)
+                if session is not None and not session.finished:
+                    self._arm(session)
 
     def _lock(self, call_id: str) -> asyncio.Lock:
         lock = self._locks.get(call_id)
