@@ -4,19 +4,18 @@
 the running turn (a task that outlives any socket), the current phase and the questions
 waiting for an answer. Sockets come and go; they send commands to the hub and receive events
 through the sink. Resuming suspended calls and routing to other workers is ``Recovery``'s
-(core/recovery.py); tool calls are ``ToolCallRunner``'s (core/tool_calls.py).
+(core/recovery.py); a turn's phases are ``Turns``' (core/turns.py); tool calls are
+``ToolCallRunner``'s (core/tool_calls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
+from chatbridge.core.completion import ToolCallRequest
 from chatbridge.core.conversation import (
     LOST_SESSION_MESSAGE,
     CommandRefused,
@@ -29,7 +28,6 @@ from chatbridge.core.conversation import (
     TurnLeases,
     dangling_calls,
 )
-from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.forms import FormRenderer
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import FormPost, PluginRegistry
@@ -37,19 +35,15 @@ from chatbridge.core.protocol import (
     Abort,
     ApprovalRequest,
     Approve,
-    AssistantDelta,
-    AssistantMessage,
     ConversationState,
     Deny,
     ElicitResponseAck,
     ElicitResponseCommand,
-    ErrorEvent,
     Phase,
-    SessionError,
-    UserMessage,
 )
 from chatbridge.core.recovery import Recovery
 from chatbridge.core.tool_calls import ToolCallRunner
+from chatbridge.core.turns import Turns
 
 __all__ = [
     "LOST_SESSION_MESSAGE",
@@ -61,18 +55,11 @@ __all__ = [
 
 logger = logging.getLogger("chatbridge.engine")
 
-LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
 SHUTTING_DOWN = "The server is restarting; please send that again in a moment."
 BUSY_ELSEWHERE = (
     "Another server is running a reply in this conversation; please wait for it, or abort "
     "the running tool."
 )
-
-
-def _own_id(call: ToolCallRequest) -> ToolCallRequest:
-    """The call with an id of our own. A call id is a session id across every worker and the
-    database, and providers may omit ids, reuse them or number them per reply."""
-    return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
 
 
 class ChatHub:
@@ -101,11 +88,12 @@ class ChatHub:
             manager=manager,
             sink=sink,
             render_form=render_form,
-            set_phase=self._phase,
+            set_phase=self.phase,
         )
         self._conversations: dict[str, LiveConversation] = {}
         self._closed = False  # the process is shutting down: no new turns
         self.recovery = Recovery(self, start=self._start, begin=self._begin, deliver=self._deliver)
+        self.turns = Turns(self)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -122,7 +110,7 @@ class ChatHub:
         try:
             await self._begin(conv, lost=[], text=text)
         finally:
-            self._forget_if_idle(conv)
+            self.forget_if_idle(conv)
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session)."""
@@ -140,7 +128,7 @@ class ChatHub:
                 return
             await self._deliver(conv, cmd)
         finally:
-            self._forget_if_idle(conv)
+            self.forget_if_idle(conv)
 
     async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
@@ -262,7 +250,7 @@ class ChatHub:
             conv = self._conversations[conversation_id] = LiveConversation(conversation_id)
         return conv
 
-    def _forget_if_idle(self, conv: LiveConversation) -> None:
+    def forget_if_idle(self, conv: LiveConversation) -> None:
         """Drop the conversation's state once nothing runs or waits in it."""
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
         if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
@@ -305,7 +293,7 @@ class ChatHub:
         resume: Sequence[ResumableCall] = (),
     ) -> None:
         conv.turn = asyncio.create_task(
-            self._turn(conv, lost, text, resume), name=f"chatbridge-turn:{conv.id}"
+            self.turns.run(conv, lost, text, resume), name=f"chatbridge-turn:{conv.id}"
         )
 
     async def recover(self, conversation_id: str) -> bool:
@@ -317,7 +305,7 @@ class ChatHub:
         try:
             return await self.recovery.recover(conv)
         finally:
-            self._forget_if_idle(conv)
+            self.forget_if_idle(conv)
 
     async def show(self, conversation_id: str) -> None:
         """Send the conversation's state and open forms again, to every socket (a socket on
@@ -329,141 +317,11 @@ class ChatHub:
         for form in self.pending_forms(conversation_id):
             await self.sink(conv.id, form)
 
-    async def _phase(self, conv: LiveConversation, phase: Phase) -> None:
+    async def phase(self, conv: LiveConversation, phase: Phase) -> None:
+        """Enter ``phase``: on record (for the admin) and to every socket."""
         conv.phase = phase
         await self.store.save_phase(conv.id, phase)
         await self.sink(conv.id, self._state(conv))
-
-    async def _turn(
-        self,
-        conv: LiveConversation,
-        lost: list[ElicitResponseCommand],
-        text: str | None,
-        resume: Sequence[ResumableCall] = (),
-    ) -> None:
-        renewer = asyncio.create_task(self._keep_lease(conv), name=f"chatbridge-lease:{conv.id}")
-        try:
-            if resume:  # finish the suspended calls first: their results belong before anything
-                await self._phase(conv, "executing_tools")
-                await self._append_results(
-                    conv,
-                    [c.call_id for c in resume],
-                    await asyncio.gather(
-                        *(self.runner.resume(conv, c) for c in resume), return_exceptions=True
-                    ),
-                )
-            if text is not None:
-                message_id = uuid.uuid4().hex
-                await self.store.append(conv.id, message_id, {"role": "user", "content": text})
-                await self.sink(conv.id, UserMessage(message_id=message_id, content=text))
-            await self._phase(conv, "process_plugin_abort")
-            await self._phase(conv, "process_plugin_responses")
-            await self._recover_lost(conv, {c.call_id: c.session_id for c in lost})
-            for _ in range(self.max_iterations):
-                await self._phase(conv, "start_iteration")
-                messages = await self.store.messages(conv.id)
-                await self._phase(conv, "streaming")
-                reply = await self._stream_reply(conv, messages)
-                if reply is None or not reply.tool_calls:
-                    break
-                await self._phase(conv, "executing_tools")
-                # All calls of a reply run at once: their questions and approvals show together.
-                outcomes = await asyncio.gather(
-                    *(self.execute_tool_call(conv.id, call) for call in reply.tool_calls),
-                    return_exceptions=True,
-                )
-                await self._append_results(conv, [c.id for c in reply.tool_calls], outcomes)
-        except ClaimLost as lost:  # another worker holds a call of this turn: it goes on there
-            logger.info("turn of conversation %s stopped here: %s", conv.id, lost)
-        except Exception:  # a bug in a turn must not take the conversation down
-            logger.exception("turn of conversation %s failed", conv.id)
-            failed = ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry.")
-            with contextlib.suppress(Exception):  # the sink itself may be what failed
-                await self.sink(conv.id, failed)
-        finally:
-            renewer.cancel()
-            # Released while this turn still counts as running here: a message arriving now
-            # sees BUSY rather than taking a lease that this release would then clear.
-            try:
-                await self.leases.release_turn(conv.id)
-            except Exception:  # it expires on its own
-                logger.exception("releasing the turn of conversation %s failed", conv.id)
-            conv.turn = None
-            for call in resume:  # if the turn failed before replaying them, stop waiting
-                conv.resumed(call.call_id)
-        with contextlib.suppress(Exception):
-            await self._phase(conv, "done")
-        self._forget_if_idle(conv)  # nothing runs or waits: nothing to remember
-
-    async def _keep_lease(self, conv: LiveConversation) -> None:
-        """Renew the conversation's lease while its turn runs."""
-        while True:
-            await asyncio.sleep(LEASE_RENEW_SECONDS)
-            try:
-                if not await self.leases.renew_turn(conv.id):
-                    logger.error("conversation %s: another worker took this turn's lease", conv.id)
-            except Exception:  # the database may be back before the lease expires
-                logger.exception("renewing the turn of conversation %s failed", conv.id)
-
-    async def _append_results(
-        self,
-        conv: LiveConversation,
-        call_ids: Sequence[str],
-        outcomes: Sequence[str | BaseException],
-    ) -> None:
-        for outcome in outcomes:
-            if isinstance(outcome, ClaimLost):  # a stale copy: record nothing, stop the turn
-                raise outcome
-        for call_id, outcome in zip(call_ids, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                logger.error("tool call %s failed", call_id, exc_info=outcome)
-                outcome = f"Error: The tool call failed inside the server: {outcome!r}"
-            await self.store.append(
-                conv.id,
-                uuid.uuid4().hex,
-                {"role": "tool", "tool_call_id": call_id, "content": outcome},
-            )
-
-    async def _recover_lost(self, conv: LiveConversation, sessions: dict[str, str]) -> None:
-        """Answer every tool call left without a result by a lost session (DESIGN §2)."""
-        for call_id in dangling_calls(await self.store.messages(conv.id)):
-            if self.manager.get(call_id) is not None:
-                continue
-            await self.sink(
-                conv.id,
-                SessionError(
-                    session_id=sessions.get(call_id, call_id),
-                    call_id=call_id,
-                    error="SESSION_NOT_FOUND",
-                    message="The tool session was lost (for example in a restart).",
-                ),
-            )
-            await self.store.append(
-                conv.id,
-                uuid.uuid4().hex,
-                {"role": "tool", "tool_call_id": call_id, "content": LOST_SESSION_MESSAGE},
-            )
-
-    async def _stream_reply(
-        self, conv: LiveConversation, messages: list[dict[str, Any]]
-    ) -> Completion | None:
-        message_id = uuid.uuid4().hex
-        reply = Completion()
-        tools = [p.tool.function_spec() for p in self.registry]
-        try:
-            async for delta in stream_completion(self.model, messages, tools, reply):
-                await self.sink(conv.id, AssistantDelta(message_id=message_id, delta=delta))
-        except Exception as exc:  # provider errors come in many types
-            logger.warning("model %s failed: %s", self.model, exc)
-            await self.sink(
-                conv.id, ErrorEvent(code="LLM_ERROR", message=f"The model failed: {exc}")
-            )
-            return None
-        reply.tool_calls = [_own_id(call) for call in reply.tool_calls]
-        await self.store.append(conv.id, message_id, reply.to_message())
-        if reply.text:
-            await self.sink(conv.id, AssistantMessage(message_id=message_id, content=reply.text))
-        return reply
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
@@ -471,4 +329,4 @@ class ChatHub:
         try:
             return await self.runner.run(conv, call)
         finally:
-            self._forget_if_idle(conv)
+            self.forget_if_idle(conv)

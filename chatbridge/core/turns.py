@@ -1,0 +1,186 @@
+"""One turn of a conversation (DESIGN §3): the phases from the user's message through the
+model's replies and their tool calls to ``done``, under the conversation's lease.
+
+``ChatHub`` starts turns and owns the conversations; ``Turns`` runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
+from chatbridge.core.conversation import (
+    LOST_SESSION_MESSAGE,
+    LiveConversation,
+    ResumableCall,
+    dangling_calls,
+)
+from chatbridge.core.exceptions import ClaimLost
+from chatbridge.core.protocol import (
+    AssistantDelta,
+    AssistantMessage,
+    ElicitResponseCommand,
+    ErrorEvent,
+    SessionError,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from chatbridge.core.engine import ChatHub
+
+__all__ = ["LEASE_RENEW_SECONDS", "Turns"]
+
+logger = logging.getLogger("chatbridge.engine")
+
+LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
+
+
+def _own_id(call: ToolCallRequest) -> ToolCallRequest:
+    """The call with an id of our own. A call id is a session id across every worker and the
+    database, and providers may omit ids, reuse them or number them per reply."""
+    return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
+
+
+class Turns:
+    """Runs the turns of a hub's conversations."""
+
+    def __init__(self, hub: ChatHub) -> None:
+        self.hub = hub
+
+    async def run(
+        self,
+        conv: LiveConversation,
+        lost: list[ElicitResponseCommand],
+        text: str | None,
+        resume: Sequence[ResumableCall] = (),
+    ) -> None:
+        renewer = asyncio.create_task(self._keep_lease(conv), name=f"chatbridge-lease:{conv.id}")
+        try:
+            if resume:  # finish the suspended calls first: their results belong before anything
+                await self.hub.phase(conv, "executing_tools")
+                await self._append_results(
+                    conv,
+                    [c.call_id for c in resume],
+                    await asyncio.gather(
+                        *(self.hub.runner.resume(conv, c) for c in resume), return_exceptions=True
+                    ),
+                )
+            if text is not None:
+                message_id = uuid.uuid4().hex
+                await self.hub.store.append(conv.id, message_id, {"role": "user", "content": text})
+                await self.hub.sink(conv.id, UserMessage(message_id=message_id, content=text))
+            await self.hub.phase(conv, "process_plugin_abort")
+            await self.hub.phase(conv, "process_plugin_responses")
+            await self._recover_lost(conv, {c.call_id: c.session_id for c in lost})
+            for _ in range(self.hub.max_iterations):
+                await self.hub.phase(conv, "start_iteration")
+                messages = await self.hub.store.messages(conv.id)
+                await self.hub.phase(conv, "streaming")
+                reply = await self._stream_reply(conv, messages)
+                if reply is None or not reply.tool_calls:
+                    break
+                await self.hub.phase(conv, "executing_tools")
+                # All calls of a reply run at once: their questions and approvals show together.
+                outcomes = await asyncio.gather(
+                    *(self.hub.execute_tool_call(conv.id, call) for call in reply.tool_calls),
+                    return_exceptions=True,
+                )
+                await self._append_results(conv, [c.id for c in reply.tool_calls], outcomes)
+        except ClaimLost as lost:  # another worker holds a call of this turn: it goes on there
+            logger.info("turn of conversation %s stopped here: %s", conv.id, lost)
+        except Exception:  # a bug in a turn must not take the conversation down
+            logger.exception("turn of conversation %s failed", conv.id)
+            failed = ErrorEvent(code="INTERNAL_ERROR", message="The reply failed; please retry.")
+            with contextlib.suppress(Exception):  # the sink itself may be what failed
+                await self.hub.sink(conv.id, failed)
+        finally:
+            renewer.cancel()
+            # Released while this turn still counts as running here: a message arriving now
+            # sees BUSY rather than taking a lease that this release would then clear.
+            try:
+                await self.hub.leases.release_turn(conv.id)
+            except Exception:  # it expires on its own
+                logger.exception("releasing the turn of conversation %s failed", conv.id)
+            conv.turn = None
+            for call in resume:  # if the turn failed before replaying them, stop waiting
+                conv.resumed(call.call_id)
+        with contextlib.suppress(Exception):
+            await self.hub.phase(conv, "done")
+        self.hub.forget_if_idle(conv)  # nothing runs or waits: nothing to remember
+
+    async def _keep_lease(self, conv: LiveConversation) -> None:
+        """Renew the conversation's lease while its turn runs."""
+        while True:
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
+            try:
+                if not await self.hub.leases.renew_turn(conv.id):
+                    logger.error("conversation %s: another worker took this turn's lease", conv.id)
+            except Exception:  # the database may be back before the lease expires
+                logger.exception("renewing the turn of conversation %s failed", conv.id)
+
+    async def _append_results(
+        self,
+        conv: LiveConversation,
+        call_ids: Sequence[str],
+        outcomes: Sequence[str | BaseException],
+    ) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, ClaimLost):  # a stale copy: record nothing, stop the turn
+                raise outcome
+        for call_id, outcome in zip(call_ids, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                logger.error("tool call %s failed", call_id, exc_info=outcome)
+                outcome = f"Error: The tool call failed inside the server: {outcome!r}"
+            await self.hub.store.append(
+                conv.id,
+                uuid.uuid4().hex,
+                {"role": "tool", "tool_call_id": call_id, "content": outcome},
+            )
+
+    async def _recover_lost(self, conv: LiveConversation, sessions: dict[str, str]) -> None:
+        """Answer every tool call left without a result by a lost session (DESIGN §2)."""
+        for call_id in dangling_calls(await self.hub.store.messages(conv.id)):
+            if self.hub.manager.get(call_id) is not None:
+                continue
+            await self.hub.sink(
+                conv.id,
+                SessionError(
+                    session_id=sessions.get(call_id, call_id),
+                    call_id=call_id,
+                    error="SESSION_NOT_FOUND",
+                    message="The tool session was lost (for example in a restart).",
+                ),
+            )
+            await self.hub.store.append(
+                conv.id,
+                uuid.uuid4().hex,
+                {"role": "tool", "tool_call_id": call_id, "content": LOST_SESSION_MESSAGE},
+            )
+
+    async def _stream_reply(
+        self, conv: LiveConversation, messages: list[dict[str, Any]]
+    ) -> Completion | None:
+        message_id = uuid.uuid4().hex
+        reply = Completion()
+        tools = [p.tool.function_spec() for p in self.hub.registry]
+        try:
+            async for delta in stream_completion(self.hub.model, messages, tools, reply):
+                await self.hub.sink(conv.id, AssistantDelta(message_id=message_id, delta=delta))
+        except Exception as exc:  # provider errors come in many types
+            logger.warning("model %s failed: %s", self.hub.model, exc)
+            await self.hub.sink(
+                conv.id, ErrorEvent(code="LLM_ERROR", message=f"The model failed: {exc}")
+            )
+            return None
+        reply.tool_calls = [_own_id(call) for call in reply.tool_calls]
+        await self.hub.store.append(conv.id, message_id, reply.to_message())
+        if reply.text:
+            await self.hub.sink(
+                conv.id, AssistantMessage(message_id=message_id, content=reply.text)
+            )
+        return reply
