@@ -49,6 +49,7 @@ from chatbridge.mcp.rounds import (
     final_result,
     result_of,
 )
+from chatbridge.mcp.tasks import TaskCluster, Tasks, install
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
@@ -131,8 +132,10 @@ class McpBridge:
         render_ui: UiRenderer | None = None,
         *,
         store: CallStore | None = None,
+        cluster: TaskCluster | None = None,
     ) -> None:
-        """``manager`` runs every call; ``store`` finds persisted calls after a restart."""
+        """``manager`` runs every call; ``store`` finds persisted calls after a restart;
+        ``cluster`` lets tasks be served by any worker and survive a restart."""
         self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in registry}
         # Guest UIs (seed 004) as MCP Apps resources, linked from their tools' _meta.ui.
         self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in registry if p.ui_resources}
@@ -160,6 +163,17 @@ class McpBridge:
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=settings.name)
         )
+        self.tasks = Tasks(
+            manager,
+            self.tools,
+            self.rounds,
+            settings.state_keys,
+            settings.state_ttl,
+            caller=_caller,
+            client=self._client,
+            cluster=cluster,
+        )
+        install(self.server, self.tasks, self._call_tool)
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
