@@ -308,3 +308,65 @@ async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> N
     assert done["status"] == "completed"
     assert done["result"]["structuredContent"]["booked"] is True
     assert rows(database, task_id) == ("completed", "mcp-task", 1, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.services
+async def test_two_workers_serve_one_task_and_one_takes_it_over_when_the_other_dies() -> None:
+    from tests.test_scale_out import cluster_database
+    from tests.test_services import REDIS_HOST, REDIS_PORT, require
+
+    require("Redis", REDIS_HOST, REDIS_PORT)
+    with cluster_database(f"redis://{REDIS_HOST}:{REDIS_PORT}/0") as base:
+        env = {**base, "DJANGO_SETTINGS_MODULE": "tests.tasks_settings"}
+        env["CHATBRIDGE_MCP_PUBLIC"] = "1"
+        import psycopg
+
+        def row(call_id: str) -> tuple[str, str, int, int]:
+            with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as db:
+                found = db.execute(
+                    "SELECT status, worker, resumes FROM chatbridge_chat_toolsession WHERE id = %s",
+                    (call_id,),
+                ).fetchone()
+                steps = db.execute(
+                    "SELECT count(*) FROM chatbridge_chat_journalrecord "
+                    "WHERE session_id = %s AND kind = 'step'",
+                    (call_id,),
+                ).fetchone()
+            assert found is not None and steps is not None
+            return found[0], found[1], found[2], steps[0]
+
+        port_a, port_b = free_port(), free_port()
+        a, b = start_daphne(port_a, env), start_daphne(port_b, env)
+        try:
+            async with httpx.AsyncClient() as http:
+                on_a = McpClient(http, f"http://127.0.0.1:{port_a}/mcp")
+                on_b = McpClient(http, f"http://127.0.0.1:{port_b}/mcp")
+                task_id = (await on_a.call("plan_trip", TRIP))["taskId"]
+                # B shows A's task and answers it: A runs it (the answer is routed there).
+                for name in ("pick_hotel", "confirm"):
+                    key, asked, _ = question(await on_b.settled(task_id))
+                    assert asked == name
+                    await on_b.update(task_id, {key: trip_answer(name)})
+                key, asked, _ = question(await on_a.settled(task_id))
+                assert asked == "rate"
+                status, worker, resumes, steps = row(task_id)
+                assert (status, worker.endswith(f":{a.pid}"), resumes, steps) == (
+                    "awaiting_elicit",
+                    True,
+                    0,
+                    1,
+                )
+                a.kill()
+                a.wait()
+                # A is gone: B takes the task over by replay; the booking is not made again.
+                assert question(await on_b.get(task_id))[:2] == (key, "rate")
+                await on_b.update(task_id, {key: trip_answer("rate")})
+                done = await on_b.settled(task_id)
+        finally:
+            stop(a)
+            stop(b)
+        assert done["status"] == "completed"
+        assert done["result"]["structuredContent"]["booked"] is True
+        status, worker, resumes, steps = row(task_id)
+        assert (status, worker.endswith(f":{b.pid}"), resumes, steps) == ("completed", True, 1, 1)
