@@ -31,6 +31,7 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp import apps
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
     Ask,
@@ -178,6 +179,8 @@ class McpBridge:
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
             return _RESPOND_SCHEMA
+        if name in apps.APP_TOOLS and self.ui_uris:
+            return apps.input_schema(name)
         tool = self.tools.get(name)
         return tool.parameters_schema if tool else None
 
@@ -192,7 +195,9 @@ class McpBridge:
                 annotations=types.ToolAnnotations(**_hint_fields(t.hints.declared()))
                 if t.hints.declared()
                 else None,
-                _meta={"ui": {"resourceUri": self.ui_of_tool[t.name]}}
+                _meta={
+                    "ui": {"resourceUri": self.ui_of_tool[t.name], "visibility": ["model", "app"]}
+                }
                 if t.name in self.ui_of_tool
                 else None,
             )
@@ -205,6 +210,8 @@ class McpBridge:
                 input_schema=_RESPOND_SCHEMA,
             )
         )
+        if self.ui_uris:  # the app-only tools through which a guest UI answers (mcp/apps.py)
+            listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
 
     async def _list_resources(
@@ -212,7 +219,12 @@ class McpBridge:
     ) -> types.ListResourcesResult:
         return types.ListResourcesResult(
             resources=[
-                types.Resource(uri=uri, name=uri.removeprefix("ui://"), mime_type=MCP_APP_MIME)
+                types.Resource(
+                    uri=uri,
+                    name=uri.removeprefix("ui://"),
+                    mime_type=MCP_APP_MIME,
+                    _meta={"ui": apps.RESOURCE_UI_META},
+                )
                 for uri in self.ui_uris
             ]
         )
@@ -225,7 +237,11 @@ class McpBridge:
             raise MCPError(types.INVALID_PARAMS, f"No resource {uri!r}.")
         html = self.render_ui(uri)
         return types.ReadResourceResult(
-            contents=[types.TextResourceContents(uri=uri, mime_type=MCP_APP_MIME, text=html)]
+            contents=[
+                types.TextResourceContents(
+                    uri=uri, mime_type=MCP_APP_MIME, text=html, _meta={"ui": apps.RESOURCE_UI_META}
+                )
+            ]
         )
 
     async def _call_tool(
@@ -233,6 +249,8 @@ class McpBridge:
     ) -> types.CallToolResult | types.InputRequiredResult:
         if params.name == RESPOND_TOOL:
             return await self._respond(ctx, params.arguments or {})
+        if params.name in apps.APP_TOOLS and self.ui_uris:
+            return await self._app_tool(ctx, params.name, params.arguments or {})
         tool = self.tools.get(params.name)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}.")
@@ -272,7 +290,12 @@ class McpBridge:
         push: bool,
     ) -> types.CallToolResult:
         """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
-        meta = {"transport": "mcp-push" if push else "mcp-respond", "client": self._client(ctx)}
+        meta = {
+            "transport": "mcp-push" if push else "mcp-respond",
+            "client": self._client(ctx),
+            "caller": _caller(ctx),
+            "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
+        }
         session = await self.manager.create(
             tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
         )
@@ -343,6 +366,16 @@ class McpBridge:
             raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another tool.")
         responses = dict(params.input_responses or {})
         return await self.rounds.retry(tool, arguments, state, responses, channel, meta)
+
+    async def _app_tool(
+        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """``_ui_question``/``_ui_answer`` of a guest UI shown by an MCP Apps host."""
+        sessions = [self.manager.get(info.id) for info in self.manager.list_active()]
+        client, caller = self._client(ctx), _caller(ctx)
+        if name == apps.QUESTION_TOOL:
+            return apps.question(sessions, client, caller, arguments, self.flat)
+        return await apps.answer(sessions, client, caller, arguments)
 
     async def _respond(
         self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
