@@ -39,8 +39,6 @@ GENERAL = {
     "caching",
     "sep-2164-resource-not-found",
     "input-required-result-unsupported-methods",
-    "input-required-result-missing-input-response",
-    "input-required-result-validate-input",
 }
 NOT_APPLICABLE = {
     # server-stateless probes these with the fixture tools test_missing_capability,

@@ -69,7 +69,7 @@ async function errors() {
     const read = await client.readResource({ uri: "ui://no-such-page" });
     seen.unknownResource = { contents: read.contents.length };
   } catch (error) {
-    seen.unknownResource = { code: error.code, message: error.message };
+    seen.unknownResource = { code: error.code, message: error.message, data: error.data };
   }
   await client.close();
   return seen;

@@ -116,6 +116,12 @@ async function errors() {
   } catch (error) {
     seen.badArguments = { code: error.code, message: error.message };
   }
+  try {
+    await client.readResource({ uri: "ui://no-such-page" });
+    seen.unknownResource = "no error";
+  } catch (error) {
+    seen.unknownResource = { code: error.code, message: error.message, data: error.data };
+  }
   await client.close();
   return seen;
 }
