@@ -109,6 +109,12 @@ def test_sdk_1_32_books_with_pushed_forms(sdk_v1: dict[str, Any]) -> None:
     assert not any(q["schemaHasContext"] for q in form["questions"])
 
 
+def test_sdk_1_32_books_when_it_takes_url_mode_too(sdk_v1: dict[str, Any]) -> None:
+    both = sdk_v1["formAndUrl"]
+    assert_booked(both)
+    assert_asked_flight_then_seat(both)
+
+
 def test_sdk_1_32_books_through_respond_when_it_cannot_elicit(sdk_v1: dict[str, Any]) -> None:
     assert sdk_v1["respond"]["protocolVersion"] == "2025-11-25"
     assert_respond_path(sdk_v1["respond"])

@@ -39,7 +39,7 @@ function outcome(result) {
 
 async function book(versionNegotiation, meta) {
   const { client, transport, logs } = await connect(versionNegotiation, {
-    elicitation: { form: {} },
+    elicitation: { form: {}, url: {} }, // URL questions (payment) are completed on their page
   });
   const questions = [];
   client.setRequestHandler("elicitation/create", answering(questions));

@@ -3,8 +3,8 @@
 //
 //   node sdk-v1.mjs PACKAGE URL [PATH ...]     PACKAGE: @modelcontextprotocol/sdk | sdk-1.17
 //
-// Paths: form (pushed form elicitation), respond (a client that cannot elicit answers the
-// request notifications with `_respond`), feedback (send_feedback: an approval, then a form
+// Paths: form (pushed form elicitation), formAndUrl (a client that takes URL mode too), respond
+// (a client that cannot elicit answers the request notifications with `_respond`), feedback (send_feedback: an approval, then a form
 // with every kind of field), errors (what a user reads when something is wrong).
 
 import { answering, formAnswer, runPaths } from "./answers.mjs";
@@ -14,8 +14,10 @@ const { Client } = await import(`${pkg}/client/index.js`);
 const { StreamableHTTPClientTransport } = await import(`${pkg}/client/streamableHttp.js`);
 const types = await import(`${pkg}/types.js`);
 const ROUTE = { origin: "JFK", destination: "LAX" };
-// 2025-11-25 clients name the form mode; 2025-06-18 clients only know `elicitation: {}`.
-const FORM = types.LATEST_PROTOCOL_VERSION >= "2025-11-25" ? { form: {} } : {};
+// 2025-11-25 clients name the form mode (and may take URL mode); 2025-06-18 clients only know
+// `elicitation: {}`.
+const MODES = types.LATEST_PROTOCOL_VERSION >= "2025-11-25";
+const FORM = MODES ? { form: {} } : {};
 
 async function connect(capabilities) {
   const client = new Client({ name: `chatbridge-test-${pkg}`, version: "1.0.0" }, { capabilities });
@@ -45,10 +47,16 @@ function outcome(result) {
   };
 }
 
-async function form() {
-  const { client, transport, logs } = await connect({ elicitation: FORM });
+async function book(elicitation) {
+  const { client, transport, logs } = await connect({ elicitation });
   const questions = [];
   client.setRequestHandler(types.ElicitRequestSchema, answering(questions));
+  const completed = [];
+  if (MODES) {
+    client.setNotificationHandler(types.ElicitationCompleteNotificationSchema, (n) => {
+      completed.push(n.params.elicitationId);
+    });
+  }
   const logLevel = await setLevel(client);
   const progress = [];
   const result = await client.callTool({ name: "book_flight", arguments: ROUTE }, undefined, {
@@ -62,8 +70,13 @@ async function form() {
     questions,
     logs,
     progress,
+    completed,
   };
 }
+
+const form = () => book(FORM);
+// Form and URL mode: a URL question (payment) is completed on its page by answers.mjs.
+const formAndUrl = () => (MODES ? book({ form: {}, url: {} }) : { skipped: "no URL mode" });
 
 // send_feedback asks for approval, then a form with every kind of field (multi-select too).
 async function feedback() {
@@ -126,4 +139,4 @@ async function errors() {
   return seen;
 }
 
-await runPaths({ form, respond, feedback, errors }, selected);
+await runPaths({ form, formAndUrl, respond, feedback, errors }, selected);
