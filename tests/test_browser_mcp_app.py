@@ -1,13 +1,11 @@
 """The colour picker in a standard MCP Apps host: the official ``AppBridge`` of
-``@modelcontextprotocol/ext-apps`` (pinned in tests/apps/package.json, installed from npm into a
-cache and bundled for the browser) drives the page served by ``resources/read`` over MCP."""
+``@modelcontextprotocol/ext-apps`` (pinned in tests/clients/package.json, installed by
+`make npm-clients`, bundled for the browser by esbuild) drives the page served by
+``resources/read`` over MCP."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,8 +14,7 @@ import pytest
 from mcp import Client
 from playwright.async_api import Browser, expect
 
-HOST_PACKAGE = Path(__file__).parent / "apps"
-CACHE = Path(os.environ.get("CHATBRIDGE_NPM_CACHE", Path.home() / ".cache" / "chatbridge" / "npm"))
+from tests.npm_clients import CLIENTS, MODULES, node
 
 HOST_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Test host</title></head>
 <body><iframe id="app" sandbox="allow-scripts" title="App"
@@ -39,38 +36,28 @@ START_HOST = """async ({html, tool, args}) => {
 
 
 @pytest.fixture(scope="session")
-def app_bridge() -> Path:
-    """The AppBridge browser bundle, built once per version of tests/apps/package-lock.json."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed")
-    lock = (HOST_PACKAGE / "package-lock.json").read_bytes()
-    home = CACHE / f"apps-{hashlib.sha256(lock).hexdigest()[:16]}"
-    bundle = home / "bridge.js"
-    if not bundle.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        for name in ("package.json", "package-lock.json", "host-entry.js"):
-            shutil.copy(HOST_PACKAGE / name, home / name)
-        quiet = {"cwd": home, "check": True, "capture_output": True, "timeout": 300}
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], **quiet)  # type: ignore[call-overload]
-        esbuild = home / "node_modules" / ".bin" / "esbuild"
-        subprocess.run(  # type: ignore[call-overload]
-            [
-                esbuild,
-                "host-entry.js",
-                "--bundle",
-                "--format=iife",
-                "--global-name=ExtApps",
-                "--platform=browser",
-                "--outfile=bridge.tmp.js",
-            ],
-            **quiet,
-        )
-        (home / "bridge.tmp.js").replace(bundle)
-    return bundle
+def app_bridge(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The AppBridge browser bundle, built by the pinned esbuild of tests/clients."""
+    node()  # fails the test, saying what to run, when the npm clients are not installed
+    out = tmp_path_factory.mktemp("apps-host") / "bridge.js"
+    subprocess.run(
+        [
+            str(MODULES / ".bin" / "esbuild"),
+            "host-entry.js",
+            "--bundle",
+            "--format=iife",
+            "--global-name=ExtApps",
+            "--platform=browser",
+            f"--outfile={out}",
+            "--log-level=error",
+        ],
+        cwd=CLIENTS,
+        check=True,
+        timeout=120,
+    )
+    return out
 
 
-@pytest.mark.timeout(240)  # a cold cache installs the host's packages from npm first
 async def test_a_standard_mcp_apps_host_drives_the_picker(
     browser: Browser, server: str, app_bridge: Path
 ) -> None:
