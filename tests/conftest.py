@@ -12,6 +12,7 @@ os.environ.setdefault("CHATBRIDGE_MCP_PUBLIC", "1")
 import contextlib  # noqa: E402
 import shutil  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
@@ -52,9 +53,15 @@ MCP_REQUEST_TIMEOUT = 3
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite database of ``server``: tests read there what a call left on record."""
+    return tmp_path_factory.mktemp("browser") / "db.sqlite3"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, server_database: Path) -> Iterator[str]:
     """A migrated database and daphne serving the app on a free port."""
-    env = migrated_env(tmp_path_factory.mktemp("browser") / "db.sqlite3")
+    env = migrated_env(server_database)
     # Unanswered MCP requests time out quickly.
     env["CHATBRIDGE_MCP_REQUEST_TIMEOUT"] = str(MCP_REQUEST_TIMEOUT)
     port = free_port()

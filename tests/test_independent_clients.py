@@ -1,10 +1,11 @@
 """MCP clients nobody here wrote book a flight against a real server (issue 14, point 5).
 
 The official TypeScript SDK v1 (1.32.2, and 1.17.5 for a 2025-06-18 client), its v2 client
-(2.4.0, on 2026-07-28) and the MCP Inspector CLI, pinned in tests/clients/package-lock.json,
-run as separate node processes against daphne. Each client script answers questions from what
-they show (tests/clients/answers.mjs: the first flight offered, the first free seat) and prints
-one JSON summary; the tests check what a user would: a ticket, the seat chosen, the log and
+(2.4.0, on 2026-07-28), the official Tasks client on it (ext-tasks 0.2.2) and the MCP Inspector
+CLI, pinned in tests/clients/package-lock.json, run as separate node processes against daphne.
+Each client script answers questions from what they show (tests/clients/answers.mjs: the first
+flight offered, the first free seat, a URL question's page filled in) and prints one JSON
+summary; the tests check what a user would: a ticket, the seat chosen, the log and
 progress notifications, readable errors. The official conformance suite runs against /mcp too;
 /work/notes/conformance.md lists the scenarios that do not apply and why.
 """
@@ -12,6 +13,7 @@ progress notifications, readable errors. The official conformance suite runs aga
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,11 @@ def sdk_117(server: str, home: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def client_v2(server: str, home: Path) -> dict[str, Any]:
     return run_script("client-v2.mjs", f"{server}/mcp", home=home)
+
+
+@pytest.fixture(scope="module")
+def ext_tasks(server: str, home: Path) -> dict[str, Any]:
+    return run_script("tasks.mjs", f"{server}/mcp", home=home)
 
 
 def assert_booked(path: dict[str, Any]) -> None:
@@ -208,6 +215,81 @@ def test_client_v2_gets_invalid_params_with_the_uri_for_unknown_resources(
     unknown = client_v2["errors"]["unknownResource"]
     assert unknown["code"] == -32602
     assert unknown["data"]["uri"] == "ui://no-such-page"
+
+
+# --- the Tasks client, ext-tasks 0.2.2 on the v2 client 2.4.0 (2026-07-28) -----------------
+
+
+def recorded(database: Path, call_id: str) -> tuple[str, str, str]:
+    """(status, transport, aborted_by) of a call's ToolSession row."""
+    with sqlite3.connect(database) as db:
+        row = db.execute(
+            "SELECT status, transport, aborted_by FROM chatbridge_chat_toolsession WHERE id = ?",
+            (call_id,),
+        ).fetchone()
+    assert row is not None, f"no ToolSession {call_id}"
+    return row
+
+
+def test_ext_tasks_books_a_flight_through_a_task(
+    ext_tasks: dict[str, Any], server_database: Path
+) -> None:
+    """The call becomes a task; each question comes in a tasks/get and is answered by
+    tasks/update (a URL question too: its page is completed first); the task completes with
+    the ticket."""
+    book = ext_tasks["book"]
+    assert "error" not in book, book
+    assert book["protocolVersion"] == "2026-07-28"
+    assert book["capabilities"]["execution"] and book["capabilities"]["cancellation"]
+    assert book["kind"] == "task" and book["status"] == "completed"
+    assert_booked(book)
+    flight, seat = book["questions"][:2]
+    assert flight["context"] == ["flights"] and flight["answer"] == {"flight_id": FIRST.id}
+    assert (
+        seat["context"] == ["seat_map"] and seat["message"] == f"Select your seat on {FIRST.number}"
+    )
+    assert all(q["schemaHasContext"] for q in book["questions"] if q["mode"] == "form")
+    assert book["errors"] == []
+
+    # The statuses seen, in order: input_required once per question (with its key), then
+    # completed; working only while the server has not asked yet.
+    statuses = [event["status"] for event in book["events"]]
+    assert statuses[0] == "input_required" and statuses[-1] == "completed"
+    assert set(statuses[:-1]) <= {"working", "input_required"}
+    keys = [event["inputKeys"] for event in book["events"] if "inputKeys" in event]
+    asked = [k for i, k in enumerate(keys) if i == 0 or k != keys[i - 1]]
+    assert asked == [[q["inputKey"]] for q in book["questions"]]
+
+    # On the wire: the call returns a task handle, each answer is one tasks/update naming
+    # exactly the open question's key, the last tasks/get carries the result.
+    wire = book["wire"]
+    assert wire[0] == {"method": "tools/call", "resultType": "task", "status": "input_required"}
+    updates = [w["answered"] for w in wire if w["method"] == "tasks/update"]
+    assert updates == [[q["inputKey"]] for q in book["questions"]]
+    assert wire[-1] == {"method": "tasks/get", "resultType": "complete", "status": "completed"}
+    assert recorded(server_database, book["taskId"])[:2] == ("completed", "mcp-task")
+
+
+def test_ext_tasks_cancels_a_task(ext_tasks: dict[str, Any], server_database: Path) -> None:
+    """Cancelled at its first question: the client reports it cancelled, the server still
+    does when asked again, and the call's ToolSession is aborted by the client."""
+    cancel = ext_tasks["cancel"]
+    assert "error" not in cancel, cancel
+    assert cancel["kind"] == "task" and cancel["status"] == "cancelled"
+    assert cancel["thrown"] == "TaskCancelledError"
+    assert [q["message"] for q in cancel["questions"]] == ["Select your flight from JFK to LAX:"]
+    methods = [w["method"] for w in cancel["wire"]]
+    assert methods.count("tasks/cancel") == 1 and "tasks/update" not in methods
+    assert cancel["wire"][-1] == {
+        "method": "tasks/get",
+        "resultType": "complete",
+        "status": "cancelled",
+    }
+    assert cancel["after"] == {
+        "status": "cancelled",
+        "statusMessage": "The tool call was aborted: cancelled by the MCP client",
+    }
+    assert recorded(server_database, cancel["taskId"]) == ("aborted", "mcp-task", "mcp-client")
 
 
 # --- the MCP Inspector CLI, 2.12.0 ----------------------------------------------------------

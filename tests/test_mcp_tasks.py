@@ -210,6 +210,9 @@ async def test_a_call_that_asks_becomes_a_task_answered_through_updates(
 
     done = await run_to_end(client, task_id, lambda name, _: trip_answer(name))
     assert done["status"] == "completed"
+    # The CallToolResult as tools/call returns it on 2026-07-28, resultType included (the
+    # official ext-tasks client refuses a completed task's result without it).
+    assert done["result"]["resultType"] == "complete"
     assert done["result"]["structuredContent"]["booked"] is True
     assert done["result"]["structuredContent"]["stars"] == 5
     assert await client.get(task_id) == done  # the result stays readable

@@ -511,8 +511,8 @@ class Tasks(Extension):
         text = next((c.text for c in outcome.content if isinstance(c, types.TextContent)), "")
         if status in ("completed", "failed") or aborted_by == DENIED_BY:
             shown: dict[str, Any] = {"status": "completed"}
-            if details:  # the CallToolResult as the call would have returned it
-                shown["result"] = {k: v for k, v in _dump(outcome).items() if k != "resultType"}
+            if details:  # the CallToolResult as tools/call returns it on 2026-07-28
+                shown["result"] = {**_dump(outcome), "resultType": "complete"}
             return shown
         return {"status": "cancelled", "statusMessage": text}
 

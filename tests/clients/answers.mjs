@@ -167,16 +167,19 @@ export function answering(questions) {
   };
 }
 
-/** Run each named path, recording its summary or its error, and print everything as JSON. */
-export async function runPaths(paths, selected) {
+/** Run each named path (one after the other, or all at once when they are independent),
+ * recording its summary or its error, and print everything as JSON. */
+export async function runPaths(paths, selected, { concurrently = false } = {}) {
   const summary = {};
-  for (const [name, run] of Object.entries(paths)) {
-    if (selected.length && !selected.includes(name)) continue;
+  const attempt = async (name, run) => {
     try {
       summary[name] = await run();
     } catch (error) {
       summary[name] = { error: String(error?.message ?? error), code: error?.code };
     }
-  }
+  };
+  const chosen = Object.entries(paths).filter(([name]) => !selected.length || selected.includes(name));
+  if (concurrently) await Promise.all(chosen.map(([name, run]) => attempt(name, run)));
+  else for (const [name, run] of chosen) await attempt(name, run);
   process.stdout.write(`${JSON.stringify(summary)}\n`);
 }
