@@ -56,6 +56,15 @@ SPECIFIC = [
     ("0.2.0-alpha.12", "tasks-capability-negotiation", "tasks-extension-advertised"),
     ("0.2.0-alpha.12", "tasks-capability-negotiation", "sep-2663-tasks-methods-non-declaring"),
     ("0.2.0-alpha.12", "tasks-dispatch-and-envelope", "sep-2663-tasks-get-invalid-task-id-32602"),
+    # tasks/result and tasks/list (2025-11-25 Tasks) are gone on 2026-07-28: -32601.
+    (
+        "0.2.0-alpha.12",
+        "tasks-dispatch-and-envelope",
+        "sep-2663-tasks-result-removed-method-not-found",
+    ),
+    ("0.2.0-alpha.12", "tasks-dispatch-and-envelope", "tasks-removed-tasks-list"),
+    # An Mcp-Method header naming another method than the body's: -32020 before any tool runs.
+    ("0.2.0-alpha.12", "tasks-request-headers", "tasks-headers-reject-mismatched-method"),
 ]
 # Checks that apply and fail until the rest of issue 14 lands: (suite, scenario, check, who).
 PENDING = [
