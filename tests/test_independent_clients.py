@@ -232,7 +232,7 @@ def recorded(database: Path, call_id: str) -> tuple[str, str, str]:
 
 
 def test_ext_tasks_books_a_flight_through_a_task(
-    ext_tasks: dict[str, Any], server_database: Path
+    ext_tasks: dict[str, Any], server: str, server_database: Path
 ) -> None:
     """The call becomes a task; each question comes in a tasks/get and is answered by
     tasks/update (a URL question too: its page is completed first); the task completes with
@@ -249,6 +249,11 @@ def test_ext_tasks_books_a_flight_through_a_task(
         seat["context"] == ["seat_map"] and seat["message"] == f"Select your seat on {FIRST.number}"
     )
     assert all(q["schemaHasContext"] for q in book["questions"] if q["mode"] == "form")
+    for question in book["questions"]:
+        if question["mode"] == "url":  # the payment: its page on this server, paid by test card
+            assert question["url"].startswith(f"{server}/")
+            assert question["page"]["status"] == 200
+            assert book["result"]["paid"] == {"last4": "4242"}
     assert book["errors"] == []
 
     # The statuses seen, in order: input_required once per question (with its key), then

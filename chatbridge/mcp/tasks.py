@@ -131,6 +131,14 @@ def _asks(tool: McpTool[Any, Any]) -> bool:
     return bool(tool.elicits) or tool.needs_approval
 
 
+def _origin(ctx: ServerRequestContext[Any, Any]) -> str:
+    """scheme://host[:port] of the HTTP request: the links of a task's URL questions (its
+    pages) are absolute, on the server the client reached (``CHATBRIDGE_PUBLIC_URL`` wins)."""
+    url = getattr(getattr(ctx, "request", None), "url", None)
+    scheme, netloc = getattr(url, "scheme", ""), getattr(url, "netloc", "")
+    return f"{scheme}://{netloc}" if scheme and netloc else ""
+
+
 def _not_found(message: str = NOT_FOUND) -> MCPError:
     return MCPError(INVALID_PARAMS, message)
 
@@ -206,7 +214,7 @@ class Tasks(Extension):
         ):
             return await call_next(ctx)
         call_id = self._new_id(self._caller(ctx))
-        meta = {"transport": TRANSPORT, "client": self._client(ctx)}
+        meta = {"transport": TRANSPORT, "client": self._client(ctx), "origin": _origin(ctx)}
         try:
             session = await self.manager.create(
                 tool, dict(params.arguments or {}), call_id=call_id, meta=meta
@@ -223,20 +231,21 @@ class Tasks(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         self._check(ctx, params.task_id)
-        return {"resultType": "complete", **await self._serve("get", params.task_id, {})}
+        task = await self._serve("get", params.task_id, {}, origin=_origin(ctx))
+        return {"resultType": "complete", **task}
 
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
     ) -> HandlerResult:
         self._check(ctx, params.task_id)
-        await self._serve("update", params.task_id, params.input_responses)
+        await self._serve("update", params.task_id, params.input_responses, origin=_origin(ctx))
         return {"resultType": "complete"}
 
     async def _cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> HandlerResult:
         self._check(ctx, params.task_id)
-        await self._serve("cancel", params.task_id, {})
+        await self._serve("cancel", params.task_id, {}, origin=_origin(ctx))
         return {"resultType": "complete"}
 
     def _check(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
@@ -276,22 +285,30 @@ class Tasks(Extension):
                 str(message["task_id"]),
                 dict(message.get("responses") or {}),
                 routed=True,
+                origin=str(message.get("origin") or ""),
             )
         except MCPError as exc:
             return {"error": {"code": exc.error.code, "message": exc.error.message}}
         return {"task": task}
 
     async def _serve(
-        self, op: str, task_id: str, responses: Mapping[str, Any], *, routed: bool = False
+        self,
+        op: str,
+        task_id: str,
+        responses: Mapping[str, Any],
+        *,
+        routed: bool = False,
+        origin: str = "",
     ) -> dict[str, Any]:
-        """The task as tasks/get shows it, after ``op`` (get, update or cancel)."""
+        """The task as tasks/get shows it, after ``op`` (get, update or cancel); ``origin``:
+        the requester's, for the links of a task resumed here."""
         self._prune()
         session = self._live(task_id)
         if session is None and task_id not in self._ended:
             async with self._lock(task_id):  # one takeover at a time in this process
                 session = self._live(task_id)
                 if session is None and task_id not in self._ended:
-                    found = await self._elsewhere(op, task_id, responses, routed)
+                    found = await self._elsewhere(op, task_id, responses, routed, origin)
                     if isinstance(found, dict):
                         return found
                     session = found
@@ -310,7 +327,7 @@ class Tasks(Extension):
         return session
 
     async def _elsewhere(
-        self, op: str, task_id: str, responses: Mapping[str, Any], routed: bool
+        self, op: str, task_id: str, responses: Mapping[str, Any], routed: bool, origin: str
     ) -> PluginSession | dict[str, Any]:
         """A task not live here: its record, its worker's answer, or the session resumed."""
         cluster = self.cluster
@@ -328,7 +345,7 @@ class Tasks(Extension):
         if holder != cluster.worker and await cluster.alive(holder):
             if routed:  # the holder sent it here: it does not hold it any more; ask again
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
-            message = {"op": op, "task_id": task_id, "responses": dict(responses)}
+            message = {"op": op, "task_id": task_id, "responses": dict(responses), "origin": origin}
             reply = await cluster.route(holder, message)
             if reply is None:
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
@@ -337,9 +354,9 @@ class Tasks(Extension):
             return dict(reply["task"])
         if not await cluster.claim(task_id, holder):
             raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it over just now
-        return await self._resume(task_id, record)
+        return await self._resume(task_id, record, origin)
 
-    async def _resume(self, task_id: str, record: TaskRecord) -> PluginSession:
+    async def _resume(self, task_id: str, record: TaskRecord, origin: str) -> PluginSession:
         tool = self.served.get(record.call.tool_name)
         if tool is None:
             raise _not_found()
@@ -349,7 +366,7 @@ class Tasks(Extension):
             record.call.arguments,
             call_id=task_id,
             journal=record.call.journal,
-            meta={"transport": TRANSPORT, "client": ""},
+            meta={"transport": TRANSPORT, "client": "", "origin": origin},
         )
         self._created[task_id] = record.created_at
         self._follow(session)

@@ -54,6 +54,7 @@ function coordinator(transport, wire) {
     if (inputRequests) seen.inputKeys = Object.keys(inputRequests);
     if (request.method === "tasks/update") seen.answered = Object.keys(request.params.inputResponses);
     wire.push(seen);
+    process.stderr.write(`${JSON.stringify(seen)}\n`); // the exchange so far, if a test hangs
     return { kind: "result", result: response.result };
   };
 }
