@@ -18,6 +18,8 @@ const [url, ...selected] = process.argv.slice(2);
 const ROUTE = { origin: "JFK", destination: "LAX" };
 const CLIENT_INFO = { name: "chatbridge-test-tasks", version: "1.0.0" };
 const CAPABILITIES = { elicitation: { form: {}, url: {} } }; // URL questions: completed on their page
+// A task that stops moving is reported (with what was seen) rather than polled for ever.
+const PATIENCE_MS = 30_000;
 
 /**
  * The host's request coordinator that ext-tasks asks for on 2026-07-28 (`rawDispatch`): it
@@ -104,10 +106,11 @@ async function book() {
     questions.at(-1).inputKey = context.inputId;
     return result;
   });
+  const events = [];
   try {
     const execution = await session.callTool("book_flight", ROUTE);
-    const events = [];
     const { outcome } = await execution.settle({
+      signal: AbortSignal.timeout(PATIENCE_MS),
       onEvent: (event) => {
         if (event.type === "task") events.push(observed(event.task));
       },
@@ -127,6 +130,8 @@ async function book() {
       wire,
       errors,
     };
+  } catch (error) {
+    return { error: String(error?.message ?? error), questions, events, wire, errors };
   } finally {
     await close();
   }
@@ -148,9 +153,13 @@ async function cancel() {
   try {
     const execution = await session.callTool("book_flight", ROUTE);
     const taskId = execution.handle?.taskId;
-    await first;
+    const patience = AbortSignal.timeout(PATIENCE_MS);
+    await Promise.race([
+      first,
+      new Promise((_, reject) => patience.addEventListener("abort", () => reject(patience.reason))),
+    ]);
     await execution.cancel();
-    const { outcome } = await execution.settle();
+    const { outcome } = await execution.settle({ signal: patience });
     let thrown;
     try {
       resultFromTaskOutcome(outcome);
@@ -169,6 +178,8 @@ async function cancel() {
       wire,
       errors,
     };
+  } catch (error) {
+    return { error: String(error?.message ?? error), questions, wire, errors };
   } finally {
     await close();
   }
