@@ -98,6 +98,6 @@ async def payment_page(request: HttpRequest, question: UrlQuestion) -> HttpRespo
     try:
         await question.complete(done)
     except ElicitValidationError:
-        errors = {"__all__": "The payment could not be recorded; please try again."}
+        errors = {"form": "The payment could not be recorded; please try again."}
         return render(request, "book_flight/payment.html", {**page, "errors": errors}, status=400)
     return render(request, "book_flight/payment_done.html", {**page, "last4": done.last4})
