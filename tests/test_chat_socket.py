@@ -73,8 +73,10 @@ async def test_full_booking_over_the_json_protocol(chat: ChatClient) -> None:
     seats = await chat.next("elicit", key="pick_seat")
     row, letter = free_seat(seats)
     await chat.answer(seats, row=row, seat=letter)
+    await chat.review_and_pay()
     result = (await chat.next("tool_call", status="completed"))["result"]
     assert result["booked"] is True and result["seat"] == f"{row}{letter}"
+    assert result["paid"] == {"last4": "4242"}
     assert result["ticket"].startswith("CB-")
     summary = await chat.next("assistant_message")
     assert result["ticket"] in summary["content"]
