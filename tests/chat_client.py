@@ -13,6 +13,7 @@ from django.contrib.sessions.backends.db import SessionStore
 
 from chatbridge.asgi import application
 from chatbridge.chat.models import Conversation
+from tests.chat_http import TEST_CARD
 
 # A page of the site itself: the Origin is the same host and port as the Host the socket asks.
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -91,10 +92,14 @@ class ChatClient:
             }
         )
 
-    async def review_and_pay(self, timeout: float = 10.0) -> dict[str, Any]:
-        """book_flight after the seat: confirm the review, pay on the page behind the link (in
-        this process, as a browser tab would); the payment question's event."""
-        review = await self.next("elicit", timeout, key="review")
+    async def review_and_pay(
+        self, review: dict[str, Any] | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """book_flight after the seat: confirm the review (``review``, when the test already
+        took its event), pay on the page behind the link (in this process, as a browser tab
+        would); the payment question's event."""
+        if review is None:
+            review = await self.next("elicit", timeout, key="review")
         await self.answer(review, confirm=True)
         payment = await self.next("elicit", timeout, key="payment")
         await pay_on_page(payment["url"])
@@ -116,9 +121,6 @@ async def html_socket() -> WebsocketCommunicator:
     connected, code = await socket.connect(timeout=10)
     assert connected, f"socket refused with code {code}"
     return socket
-
-
-TEST_CARD = {"name": "Ada Lovelace", "number": "4242424242424242", "expiry": "12/39", "cvc": "123"}
 
 
 async def pay_on_page(url: str) -> None:
