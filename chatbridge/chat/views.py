@@ -176,7 +176,9 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
             except LinkUnusable as exc:  # used or expired while the page was open
                 response = _link_refused(request, exc)
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"
+    # The token is in the path: no other site sees it as a referrer. Not "no-referrer": a
+    # browser then posts the page's form with "Origin: null", which CSRF checking refuses.
+    response["Referrer-Policy"] = "same-origin"
     response["X-Frame-Options"] = "DENY"
     response.setdefault("Content-Security-Policy", LINK_CSP)
     return response
