@@ -156,3 +156,20 @@ async def test_error_reports_never_show_the_card(chat: ChatClient) -> None:
     assert "number" in report  # the field is listed, its value is not
     for secret in ("5555 5555 5555 4444", CARD, "Ada Lovelace"):
         assert secret not in report
+
+
+async def test_a_visit_to_an_expired_link_ends_its_question(chat: ChatClient) -> None:
+    """The card's link expired while the question is open: the visit says so and the chat
+    goes on (payment cancelled) instead of waiting behind a dead link."""
+    form = await to_payment(chat)
+    await ElicitLink.objects.filter(elicit_id=form["elicit_id"]).aupdate(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    expired = await AsyncClient().get(page_of(form))
+    assert expired.status_code == 410 and "This link has expired" in expired.content.decode()
+    closed = await chat.next("elicit_complete")
+    assert (closed["elicit_id"], closed["action"]) == (form["elicit_id"], "cancel")
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result == {"booked": False, "reason": "payment cancelled"}
+    again = await AsyncClient().get(page_of(form))
+    assert again.status_code == 410 and "This link has expired" in again.content.decode()

@@ -35,6 +35,7 @@ from chatbridge.chat.models import ElicitLink
 from chatbridge.chat.registry import get_registry
 from chatbridge.core.elicit import (
     Accept,
+    Cancel,
     ElicitRequest,
     ElicitResult,
     result_from_dict,
@@ -43,7 +44,7 @@ from chatbridge.core.elicit import (
 )
 from chatbridge.core.exceptions import ElicitNotPending, LinkUnusable
 
-__all__ = ["DjangoUrlLinks", "complete", "find", "remember_origin", "token_hash"]
+__all__ = ["DjangoUrlLinks", "complete", "expire", "find", "remember_origin", "token_hash"]
 
 logger = logging.getLogger("chatbridge.links")
 
@@ -86,7 +87,7 @@ def _open(request: ElicitRequest) -> str:
     with transaction.atomic():
         row = ElicitLink.objects.select_for_update().filter(elicit_id=elicit_id).first()
         stale = row is not None and (row.expires_at <= now or row.closed_at is not None)
-        if row is not None and row.completed_at is None and stale:  # asked again: a new link
+        if row is not None and row.result is None and stale:  # asked again: a new link
             row.nonce = secrets.token_hex(16)
             row.token_hash = token_hash(_token(elicit_id, row.nonce))
             row.expires_at, row.closed_at, row.opened_at = now + _ttl(), None, None
@@ -109,7 +110,8 @@ def _open(request: ElicitRequest) -> str:
 
 
 def _answer(elicit_id: str) -> dict[str, Any] | None:
-    row = ElicitLink.objects.filter(elicit_id=elicit_id).exclude(completed_at=None).first()
+    """What the question's page reported, or the Cancel its expired link left."""
+    row = ElicitLink.objects.filter(elicit_id=elicit_id, result__isnull=False).first()
     return row.result if row is not None else None
 
 
@@ -141,10 +143,10 @@ def find(token: str, *, visit: bool = False) -> ElicitLink:
     row = ElicitLink.objects.filter(token_hash=token_hash(token)).first()
     if row is None:
         raise LinkUnusable("unknown")
-    if row.used:
-        raise LinkUnusable("used")
     if row.expires_at <= timezone.now():
         raise LinkUnusable("expired")
+    if row.used:
+        raise LinkUnusable("used")
     if visit and row.opened_at is None:
         ElicitLink.objects.filter(pk=row.pk, opened_at=None).update(opened_at=timezone.now())
     return row
@@ -176,6 +178,27 @@ async def complete(token: str, content: BaseModel | Mapping[str, Any]) -> None:
     )
     await sync_to_async(_mark_completed)(token, result_to_dict(answer))
     await deliver(row.call_id, row.elicit_id, answer)
+
+
+def _expire(token: str) -> ElicitLink | None:
+    """Compare-and-set: the expired link of a question still open ends it with ``Cancel``
+    (on record, for a call resumed later); the row, or None if it was not open."""
+    row = ElicitLink.objects.filter(token_hash=token_hash(token)).first()
+    if row is None:
+        return None
+    ended = ElicitLink.objects.filter(
+        pk=row.pk, completed_at=None, closed_at=None, expires_at__lte=timezone.now()
+    ).update(closed_at=timezone.now(), result=result_to_dict(Cancel()))
+    return row if ended else None
+
+
+async def expire(token: str) -> None:
+    """A visit found ``token``'s link expired: if its question is still open, it ends as
+    cancelled, so the chat goes on instead of waiting behind a link nobody can use (the
+    session's own idle timeout is much longer than a link's)."""
+    row = await sync_to_async(_expire)(token)
+    if row is not None:
+        await deliver(row.call_id, row.elicit_id, Cancel())
 
 
 async def deliver(call_id: str, elicit_id: str, answer: ElicitResult[Any]) -> bool:

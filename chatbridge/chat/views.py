@@ -157,6 +157,8 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     try:
         row = await sync_to_async(links.find)(token, visit=request.method == "GET")
     except LinkUnusable as exc:
+        if exc.reason == "expired":
+            await links.expire(token)  # its question, if still open, ends as cancelled
         response = _link_refused(request, exc)
     else:
         plugin = get_registry().get(row.tool_name)
@@ -174,6 +176,8 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
             try:
                 response = await page(request, question)
             except LinkUnusable as exc:  # used or expired while the page was open
+                if exc.reason == "expired":
+                    await links.expire(token)
                 response = _link_refused(request, exc)
     response["Cache-Control"] = "no-store"
     # The token is in the path: no other site sees it as a referrer. Not "no-referrer": a
