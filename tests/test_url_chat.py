@@ -15,8 +15,10 @@ from django.test import AsyncClient
 from django.utils import timezone
 from django.views.debug import ExceptionReporter
 
+from chatbridge.chat.links import deliver
 from chatbridge.chat.models import ElicitLink
 from chatbridge.chat.writer import flush
+from chatbridge.core.elicit import result_from_dict
 from tests.chat_client import ChatClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
@@ -173,3 +175,20 @@ async def test_a_visit_to_an_expired_link_ends_its_question(chat: ChatClient) ->
     assert result == {"booked": False, "reason": "payment cancelled"}
     again = await AsyncClient().get(page_of(form))
     assert again.status_code == 410 and "This link has expired" in again.content.decode()
+
+
+async def test_a_decline_racing_a_payment_that_went_through_loses(chat: ChatClient) -> None:
+    """The page marked the link used (its compare-and-set) and its answer is on the way when
+    the user declines in the chat: the payment counts, the decline does not."""
+    form = await to_payment(chat)
+    paid = {"action": "accept", "content": {"payment_token": "t" * 24, "last4": "4444"}}
+    await ElicitLink.objects.filter(elicit_id=form["elicit_id"]).aupdate(
+        completed_at=timezone.now(), result=paid
+    )
+    await chat.answer(form, action="decline")
+    await chat.next("elicit_response", action="decline")  # the form took it; the link did not
+    await deliver(form["call_id"], form["elicit_id"], result_from_dict(paid))
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result["booked"] is True and result["paid"] == {"last4": "4444"}
+    closed = [e for e in chat.events if e["type"] == "elicit_complete"][-1]
+    assert (closed["action"], closed["note"]) == ("accept", "completed on its page")

@@ -115,8 +115,12 @@ def _answer(elicit_id: str) -> dict[str, Any] | None:
     return row.result if row is not None else None
 
 
-def _close(elicit_id: str) -> None:
+def _close(elicit_id: str) -> bool:
+    """Close the link; False if its page (or its expiry) had ended the question first. The
+    page's compare-and-set needs ``closed_at`` unset, so after this update no page can
+    answer: the two single-statement updates decide who ended the question."""
     ElicitLink.objects.filter(elicit_id=elicit_id, closed_at=None).update(closed_at=timezone.now())
+    return not ElicitLink.objects.filter(elicit_id=elicit_id, result__isnull=False).exists()
 
 
 class DjangoUrlLinks:
@@ -133,8 +137,8 @@ class DjangoUrlLinks:
         data = await sync_to_async(_answer)(str(request.id))
         return result_from_dict(data) if data is not None else None
 
-    async def close(self, request: ElicitRequest) -> None:
-        await sync_to_async(_close)(str(request.id))
+    async def close(self, request: ElicitRequest) -> bool:
+        return await sync_to_async(_close)(str(request.id))
 
 
 def find(token: str, *, visit: bool = False) -> ElicitLink:

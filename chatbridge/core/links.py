@@ -46,9 +46,10 @@ class UrlLinks(Protocol):
         server was restarting), or ``None``."""
         ...
 
-    async def close(self, request: Any) -> None:
+    async def close(self, request: Any) -> bool:
         """The question is over (answered, declined, expired or aborted): its link stops
-        working."""
+        working. False when its page had answered first: a host's Decline or Cancel closing
+        the question must then give way to the page's answer (a payment that went through)."""
         ...
 
 
@@ -114,10 +115,12 @@ class MemoryUrlLinks:
         link = self._by_id.get(str(request.id))
         return link.answer if link is not None else None
 
-    async def close(self, request: ElicitRequest) -> None:
+    async def close(self, request: ElicitRequest) -> bool:
         link = self._by_id.get(str(request.id))
-        if link is not None:
-            link.closed = True
+        if link is None:
+            return True
+        link.closed = True
+        return link.answer is None
 
     async def complete(
         self, token: str, content: BaseModel | Mapping[str, Any], manager: SessionManager

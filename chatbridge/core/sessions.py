@@ -263,6 +263,12 @@ class PluginSession:
             data = result_to_dict(result).get("content") or {}
             await self.refused(wanted, data, exc.field_errors())
             raise
+        if request.mode == "url" and not by_page and self._links is not None:
+            # A host's Decline or Cancel races the page: the one that closes the link first
+            # ends the question. The page won: its answer is on its way here.
+            won = await self._links.close(request)
+            if not won or self._pending is not pending or future.done():
+                raise ElicitNotPending(self.id, wanted, None)
         self._pending = None
         self._touch()
         self.last_answer = (wanted, validated)

@@ -18,7 +18,12 @@ from chatbridge.core.conversation import (
     ResumableCall,
 )
 from chatbridge.core.elicit import Accept, ElicitRequest, result_to_dict
-from chatbridge.core.exceptions import ClaimLost, DuplicateSession, InvalidToolParams
+from chatbridge.core.exceptions import (
+    ClaimLost,
+    DuplicateSession,
+    ElicitNotPending,
+    InvalidToolParams,
+)
 from chatbridge.core.forms import FormRenderer, FormSurface
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import Plugin, PluginContext, PluginRegistry
@@ -226,6 +231,11 @@ class ToolCallRunner:
             try:
                 result = handler.result()
                 await session.respond_to_elicit(request.id, result)
+            except ElicitNotPending:  # a URL question's page answered first: that answer counts
+                await asyncio.wait({ended, closed}, return_when=asyncio.FIRST_COMPLETED)
+                if closed.done() and not ended.done():
+                    await self.sink(conv.id, self._closed(session, request))
+                return
             except Exception as exc:  # a plugin bug: stop the tool, tell the model
                 logger.exception("handler for %s failed", request.id)
                 await session.abort(f"the {request.key!r} form failed: {exc}")
