@@ -192,3 +192,13 @@ async def test_a_decline_racing_a_payment_that_went_through_loses(chat: ChatClie
     assert result["booked"] is True and result["paid"] == {"last4": "4444"}
     closed = [e for e in chat.events if e["type"] == "elicit_complete"][-1]
     assert (closed["action"], closed["note"]) == ("accept", "completed on its page")
+
+
+async def test_digits_that_are_not_ascii_are_refused_in_words(chat: ChatClient) -> None:
+    form = await to_payment(chat)
+    client = AsyncClient()
+    for number, cvc in (("4242 4242 4242 424²", "123"), ("4242424242424242", "¹²³")):
+        refused = await client.post(page_of(form), {**PAYMENT, "number": number, "cvc": cvc})
+        assert refused.status_code == 400
+        text = refused.content.decode()
+        assert "This card number is not valid" in text or "security code" in text

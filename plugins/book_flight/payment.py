@@ -32,13 +32,14 @@ TEST_CARDS = frozenset(
         "6011111111111117",  # Discover
     }
 )
-_EXPIRY = re.compile(r"^\s*(\d{1,2})\s*/\s*(\d{2}|\d{4})\s*$")
+_EXPIRY = re.compile(r"^\s*([0-9]{1,2})\s*/\s*([0-9]{2}|[0-9]{4})\s*$")
+_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() takes "²", which int() refuses
 
 
 @sensitive_variables()  # error reports show no local of these functions: they hold the card
 def luhn_ok(number: str) -> bool:
     """The Luhn checksum of a card number (digits only)."""
-    if not number.isdigit() or not 12 <= len(number) <= 19:
+    if not _DIGITS.fullmatch(number) or not 12 <= len(number) <= 19:
         return False
     total = 0
     for i, digit in enumerate(int(d) for d in reversed(number)):
@@ -69,7 +70,7 @@ def _errors(name: str, number: str, expiry: str, cvc: str, today: date) -> dict[
         if (year, int(match[1])) < (today.year, today.month):
             errors["expiry"] = "This card has expired."
     wanted = 4 if number.startswith(("34", "37")) else 3
-    if not (cvc.isdigit() and len(cvc) == wanted):
+    if not (_DIGITS.fullmatch(cvc) and len(cvc) == wanted):
         errors["cvc"] = f"Enter the {wanted}-digit security code."
     return errors
 
