@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.management import call_command
+from django.template.loader import render_to_string
 from django.test import AsyncClient
 from django.utils import timezone
 from django.views.debug import ExceptionReporter
@@ -202,3 +203,14 @@ async def test_digits_that_are_not_ascii_are_refused_in_words(chat: ChatClient) 
         assert refused.status_code == 400
         text = refused.content.decode()
         assert "This card number is not valid" in text or "security code" in text
+
+
+def test_the_link_card_escapes_what_tools_say() -> None:
+    """The label and the link come from a tool's context and the session: text, never markup."""
+    hostile = '"><img src=x onerror=alert(1)>'
+    html = render_to_string(
+        "chatbridge/url_question.html",
+        {"url": f"http://127.0.0.1/elicit/x/{hostile}", "host": hostile, "link_label": hostile},
+    )
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert 'href="http://127.0.0.1/elicit/x/&quot;&gt;&lt;img' in html
