@@ -9,6 +9,15 @@ notifications, puts questions to the client and hands answers back with
   mid-call, with a timeout (the question expires: the tool sees Cancel).
 - ``NotifyCarrier``: clients that cannot elicit get a ``type: "request"`` log notification and
   answer with the ``_respond`` tool (BIDIR-6 option A), from the same MCP session and caller.
+
+Where a question's context travels (DESIGN §4 prefers the schema, the message is the fallback):
+a pushed ``elicitation/create`` is a request, not a result, so its ``requestedSchema`` reaches
+the client with ``x-model-context`` intact; its message stays what the tool wrote, readable,
+without the JSON section (generic clients show the message to a person; a client whose parser
+drops unknown schema keywords still gets a message that says what to answer). A 2026-07-28
+``inputRequests`` entry is part of a result, which the SDK sieves to the version's schema and so
+strips ``x-model-context``: there the message section is the only carrier and stays. Request
+notifications carry the context as a field of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, format_errors
 from chatbridge.core.model_context import encode_message, with_context
 from chatbridge.core.sessions import PluginSession
+from chatbridge.mcp.levels import hears
+from chatbridge.mcp.schemas import for_version, read_back
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -69,14 +80,16 @@ def errors_text(exc: ElicitValidationError) -> str:
 
 
 def wire_request(
-    request: ElicitRequest, flat: dict[str, Any], note: str = ""
+    request: ElicitRequest, flat: dict[str, Any], note: str = "", *, context_in_message: bool
 ) -> types.ElicitRequestFormParams:
-    """The form elicitation for ``request``: flat schema + ``x-model-context``, message with the
-    boundary section; ``note`` (validation errors) goes before the boundary."""
+    """The form elicitation for ``request``: flat schema + ``x-model-context``; ``note``
+    (validation errors) after the message, and the boundary section last where the schema's
+    extension does not reach the client (``context_in_message``)."""
     message = f"{request.message}\n\n{note}" if note else request.message
+    if context_in_message:
+        message = encode_message(message, request.context)
     return types.ElicitRequestFormParams(
-        message=encode_message(message, request.context),
-        requested_schema=with_context(flat, request.context),
+        message=message, requested_schema=with_context(flat, request.context)
     )
 
 
@@ -105,15 +118,23 @@ async def deliver(session: PluginSession, request: ElicitRequest, answer: Elicit
 
 
 class Channel:
-    """The notifications of one MCP request: logs (where delivered) and progress."""
+    """The notifications of one MCP request: logs (where delivered) and progress.
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        self.ctx = ctx
+    Progress MUST increase with each notification (basic/utilities/progress): a value not above
+    the last one sent (``progressed``; a 2026-07-28 round starts from the call's previous
+    round) is not sent.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], progressed: float = -1.0) -> None:
+        self.ctx, self.progressed = ctx, progressed
 
     async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
         """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request with
         ``_meta["io.modelcontextprotocol/logLevel"]``; the SDK drops what they did not ask for)
-        but the only notification both protocol eras deliver, so DESIGN §6 uses it."""
+        but the only notification both protocol eras deliver, so DESIGN §6 uses it. Nothing
+        below the level the client asked for is sent (``levels.hears``)."""
+        if not hears(self.ctx, level):
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.ctx.session.send_log_message(
@@ -129,6 +150,9 @@ class Channel:
                 data = {"message": event.message, **event.data}
                 await self.send_log(event.level, data, "chatbridge.tool")
             elif event.type == "progress" and event.progress is not None:
+                if event.progress <= self.progressed:
+                    return
+                self.progressed = event.progress
                 await self.ctx.session.report_progress(event.progress, event.total, event.message)
         except MCPError as exc:  # a notification that cannot be sent is not the tool's problem
             logger.info("notification to the MCP client failed: %s", exc)
@@ -191,7 +215,9 @@ class PushCarrier:
         self.session, self.heartbeat = session, heartbeat
 
     async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
-        params = wire_request(request, self.flat[request.key], note)
+        version = self.ctx.protocol_version
+        flat = self.flat[request.key]
+        params = wire_request(request, for_version(flat, version), note, context_in_message=False)
         asking = asyncio.ensure_future(
             self.ctx.session.send_request(
                 types.ElicitRequest(params=params),
@@ -218,7 +244,7 @@ class PushCarrier:
             logger.info("%s: no answer in %.1fs: the question expires", request.id, self.timeout)
             await self.session.expire()
             return None
-        return from_wire(answer.action, answer.content)
+        return from_wire(answer.action, read_back(answer.content, flat, version))
 
     async def _heartbeat(self) -> None:
         """Return when the client fails to answer a ping in time."""

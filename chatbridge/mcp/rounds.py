@@ -35,6 +35,7 @@ from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
 
 __all__ = ["CallStore", "RoundState", "Rounds", "StoredCall", "final_result"]
@@ -111,7 +112,7 @@ def final_result(
     if status == "completed":
         return result_of(result)
     if status == "failed":
-        return error_of(f"The tool failed: {error}")
+        return error_of(public_failure(error))
     if aborted_by.startswith("operator"):
         return error_of(f"An operator stopped this tool call: {error}")
     if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
@@ -152,6 +153,7 @@ class Rounds:
         self._ended: dict[str, _Ended] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._aborts: set[asyncio.Task[None]] = set()
+        self._progressed: dict[str, float] = {}  # the last progress sent, by live call
 
     async def start(
         self,
@@ -261,14 +263,17 @@ class Rounds:
 
     async def _advance(self, session: PluginSession, caller: str, channel: Channel) -> Outcome:
         """Run the session on to its next question (``input_required``) or its end."""
+        channel.progressed = self._progressed.get(session.id, channel.progressed)
         while True:
             event = await session.next_event()
             if event.type in ("log", "progress"):
                 await channel.forward(event)
+                self._progressed[session.id] = channel.progressed
             elif event.type == "elicit":
                 self._arm(session)
                 return self._input_required(event.request, caller, "")
             else:
+                self._progressed.pop(session.id, None)
                 result = _terminal_result(session, event)
                 self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
                 return result
@@ -280,7 +285,9 @@ class Rounds:
         flat = self.flat[request.tool_name][request.key]
         return types.InputRequiredResult(
             input_requests={
-                str(request.id): types.ElicitRequest(params=wire_request(request, flat, note))
+                str(request.id): types.ElicitRequest(
+                    params=wire_request(request, flat, note, context_in_message=True)
+                )
             },
             request_state=state.dump(),
         )
@@ -317,6 +324,7 @@ class Rounds:
 
     def _expire(self, session: PluginSession) -> None:
         self._timers.pop(session.id, None)
+        self._progressed.pop(session.id, None)
         lock = self._locks.get(session.id)
         if lock is not None and not lock.locked():
             del self._locks[session.id]

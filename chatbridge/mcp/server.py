@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -31,6 +30,7 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
     Ask,
@@ -41,6 +41,7 @@ from chatbridge.mcp.hosts import (
     PushCarrier,
     drive,
 )
+from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.rounds import (
     CallStore,
     Rounds,
@@ -55,6 +56,7 @@ __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 logger = logging.getLogger("chatbridge.mcp")
 
 RESPOND_TOOL = "_respond"
+RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
 _RESPOND_SCHEMA = {
     "type": "object",
     "properties": {
@@ -69,11 +71,12 @@ _RESPOND_SCHEMA = {
 CLIENT_GONE = "the MCP client went away"
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
-    "elicitation capability and did not opt in to log notifications for this request. Either "
-    "declare the elicitation capability (questions then come back as input_required), or call "
-    'again with _meta {{"io.modelcontextprotocol/logLevel": "notice"}}: each question then '
-    "arrives as a notifications/message of type 'request', answered by calling the "
-    "{respond!r} tool with its request_id and payload."
+    "elicitation capability and its logging level hides the notices questions travel as. "
+    "Either declare the elicitation capability, or receive log notifications at level "
+    "'notice' (logging/setLevel on protocols up to 2025-11-25; on 2026-07-28 call again with "
+    '_meta {{"io.modelcontextprotocol/logLevel": "notice"}}): each question then arrives as a '
+    "notifications/message of type 'request', answered by calling the {respond!r} tool with "
+    "its request_id and payload."
 )
 
 
@@ -160,6 +163,9 @@ class McpBridge:
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=settings.name)
         )
+        # Registered after construction: the constructor's on_set_logging_level warns that
+        # logging is deprecated on 2026-07-28, where the SDK refuses the method anyway.
+        self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
@@ -208,7 +214,11 @@ class McpBridge:
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         if uri not in self.ui_uris or self.render_ui is None:
-            raise MCPError(types.INVALID_PARAMS, f"No resource {uri!r}.")
+            # -32002 up to 2025-11-25 (server/resources, error handling); SEP-2164 moved
+            # 2026-07-28 to -32602 and retired -32002. Both carry the URI in data.
+            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            code = types.INVALID_PARAMS if modern else RESOURCE_NOT_FOUND
+            raise MCPError(code, f"No resource {uri!r}.", data={"uri": uri})
         html = self.render_ui(uri)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type=MCP_APP_MIME, text=html)]
@@ -230,21 +240,15 @@ class McpBridge:
             if can_elicit and modern:
                 return await self._round(ctx, tool, arguments, params)
             asks = bool(tool.elicits) or tool.needs_approval
-            if not can_elicit and modern and asks and not self._hears_requests(ctx):
+            if not can_elicit and asks and not hears(ctx, "notice"):
                 return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
             return await self._run(ctx, tool, arguments, push=can_elicit)
         except MCPError:
             raise
-        except ChatBridgeError as exc:
-            return error_of(str(exc))
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
-            logger.exception("MCP call of %s failed", tool.name)
-            return error_of(f"The tool failed: {type(exc).__name__}: {exc}")
-
-    @staticmethod
-    def _hears_requests(ctx: ServerRequestContext[Any, Any]) -> bool:
-        """Did this 2026-07-28 request opt in to the log level request notifications use?"""
-        return "notice" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+            if not isinstance(exc, ChatBridgeError):
+                logger.exception("MCP call of %s failed", tool.name)
+            return error_of(public_failure(f"{type(exc).__name__}: {exc}"))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
         return _mcp_session(ctx) or _caller(ctx)
