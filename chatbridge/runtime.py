@@ -70,6 +70,7 @@ class ChatBridgeRuntime:
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
         from chatbridge.chat.broadcast import publish
+        from chatbridge.chat.links import DjangoUrlLinks
         from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
@@ -90,6 +91,7 @@ class ChatBridgeRuntime:
             idle_timeout=timeout if timeout and timeout > 0 else None,
             observer=recorder,
             journal_store=recorder,  # durable and fenced: a failed write stops the call
+            url_links=DjangoUrlLinks(),  # one-time links of URL questions (ctx.elicit_url)
         )
         store = DjangoStore()
         self.hub = ChatHub(

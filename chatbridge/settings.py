@@ -172,6 +172,11 @@ CHATBRIDGE_PLUGINS = [
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))
 
+# URL questions (ctx.elicit_url): seconds a one-time link stays valid, and the public origin
+# links start with (default: the origin of the page or request that started the call).
+CHATBRIDGE_URL_LINK_TTL = float(os.environ.get("CHATBRIDGE_URL_LINK_TTL", "900"))
+CHATBRIDGE_PUBLIC_URL = os.environ.get("CHATBRIDGE_PUBLIC_URL", "").strip().rstrip("/")
+
 # WebSocket commands a socket may send: a steady rate per second and a burst.
 CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
 CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))

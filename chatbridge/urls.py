@@ -13,5 +13,6 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
     path("tools/", views.tools, name="tools"),
     path("ui/<slug:name>/", views.guest_ui, name="guest_ui"),
+    path("elicit/<str:token>/", views.elicit_link, name="elicit_link"),
     path("admin/", admin.site.urls),
 ]

@@ -19,6 +19,7 @@ from channels.layers import channel_layers  # noqa: E402
 from playwright.async_api import Browser, async_playwright  # noqa: E402
 
 from chatbridge import SessionManager  # noqa: E402
+from chatbridge.core.links import MemoryUrlLinks  # noqa: E402
 from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
 from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime  # noqa: E402
 from tests.production import Production, production_env, start_production  # noqa: E402
@@ -28,7 +29,7 @@ from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, 
 @pytest.fixture
 async def manager() -> AsyncIterator[SessionManager]:
     """A manager sampling through litellm's offline provider; every session ends with the test."""
-    mgr = SessionManager(sampler=LiteLLMSampler("offline/test"))
+    mgr = SessionManager(sampler=LiteLLMSampler("offline/test"), url_links=MemoryUrlLinks())
     yield mgr
     await mgr.shutdown("test finished")
 

@@ -7,9 +7,12 @@ from html import unescape
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.test import RequestFactory
 
-from chatbridge import ElicitRequest, FormPost, PluginContext, SessionManager
+from chatbridge import ElicitRequest, FormPost, PluginContext, SessionManager, UrlQuestion
+from chatbridge.core.links import MemoryUrlLinks
 from plugins.book_flight.data import find_flight, search_flights, seat_map_for
+from plugins.book_flight.payment import payment_page
 from plugins.book_flight.plugin import book_flight_plugin
 from plugins.book_flight.tool import PickSeat, book_flight
 from tests.support import until_pause
@@ -48,6 +51,30 @@ class Person:
         return self.clicks.pop(0)(buttons(html))
 
 
+TEST_CARD = {
+    "name": "Ada Lovelace",
+    "number": "4242 4242 4242 4242",
+    "expiry": "12/39",
+    "cvc": "123",
+}
+
+
+async def pay_on_page(
+    manager: SessionManager, request: ElicitRequest, card: dict[str, str]
+) -> tuple[int, str]:
+    """Post ``card`` to book_flight's payment page for ``request``, as its link would."""
+    links = manager.url_links
+    assert isinstance(links, MemoryUrlLinks) and request.url is not None
+    token = request.url.rstrip("/").rsplit("/", 1)[1]
+
+    async def complete(content: Any) -> None:
+        await links.complete(token, content, manager)
+
+    question = UrlQuestion(request.id, request.message, request.context, request.params, complete)
+    response = await payment_page(RequestFactory().post(request.url, card), question)
+    return response.status_code, response.content.decode()
+
+
 async def drive(
     manager: SessionManager, person: Person, params: dict[str, str]
 ) -> list[tuple[Any, ...]]:
@@ -59,6 +86,10 @@ async def drive(
         if events[-1][0] != "elicit":
             return seen
         request: ElicitRequest = session.pending  # type: ignore[assignment]
+        if request.mode == "url":
+            status, page = await pay_on_page(manager, request, TEST_CARD)
+            assert status == 200 and "card ending in 4242" in page
+            continue
         result = await book_flight_plugin.handle(request, PluginContext(request, person))
         await session.respond_to_elicit(request.id, result)
 
@@ -81,6 +112,11 @@ def first_free_seat(found: list[dict[str, Any]]) -> FormPost:
     return FormPost("accept", {"seat_label": free[0]["value"]})
 
 
+def confirm(found: list[dict[str, Any]]) -> FormPost:
+    assert [b["label"] for b in found if b["value"] == "accept"] == ["Confirm and pay"]
+    return FormPost("accept", {"confirm": "true"})
+
+
 def test_search_is_deterministic_and_realistic() -> None:
     flights = search_flights("jfk", "LAX")
     assert flights == search_flights("JFK", "lax")
@@ -96,11 +132,11 @@ def test_search_is_deterministic_and_realistic() -> None:
 
 
 async def test_a_booking_from_flight_list_to_ticket(manager: SessionManager) -> None:
-    person = Person(first_flight, first_free_seat)
+    person = Person(first_flight, first_free_seat, confirm)
     events = await drive(manager, person, {"origin": "JFK", "destination": "LAX"})
     flights = search_flights("JFK", "LAX")
     chosen = flights[0]
-    flight_page, seat_page = person.pages
+    flight_page, seat_page, review_page = person.pages
     for flight in flights:
         assert flight.airline in flight_page and flight.number in flight_page
         assert f"${flight.price_usd}" in flight_page and flight.duration in flight_page
@@ -118,12 +154,16 @@ async def test_a_booking_from_flight_list_to_ticket(manager: SessionManager) -> 
         "progress",
         "elicit",
         "progress",
+        "elicit",  # review
+        "elicit",  # payment, on its page
         "progress",
         "log",
         "completed",
     ]
+    assert f"${chosen.price_usd}" in review_page and free_seats[0] in review_page
     result = events[-1][1]
     assert result["booked"] is True and result["seat"] == free_seats[0]
+    assert result["paid"] == {"last4": "4242"}
     assert result["flight"] == chosen.number
     assert re.fullmatch(
         rf"CB-{chosen.id.replace('-', '')}-{free_seats[0]}-[0-9A-F]{{6}}", result["ticket"]
@@ -134,9 +174,9 @@ async def test_a_booking_from_flight_list_to_ticket(manager: SessionManager) -> 
 async def test_a_taken_seat_is_refused_and_the_form_shown_again(manager: SessionManager) -> None:
     chosen = search_flights("JFK", "LAX")[0]
     taken = seat_map_for(chosen.id).taken[0]
-    person = Person(first_flight, seat(taken), seat("31A"), first_free_seat)
+    person = Person(first_flight, seat(taken), seat("31A"), first_free_seat, confirm)
     events = await drive(manager, person, {"origin": "JFK", "destination": "LAX"})
-    assert len(person.pages) == 4
+    assert len(person.pages) == 5
     assert f"Seat {taken} is taken; choose another." in person.pages[2]
     assert "This aircraft has rows 1 to 30." in person.pages[3]
     assert events[-1][1]["booked"] is True

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from chatbridge.chat.broadcast import conversation_group
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
+from chatbridge.chat.links import remember_origin
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.store import owner_key
@@ -67,6 +68,18 @@ def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
             "content": {k: v for k, v in data.items() if k not in _FORM_FIELDS},
         }
     return {"type": kind, **{k: v for k, v in data.items() if k not in ("command", "HEADERS")}}
+
+
+def _page_origin(scope: dict[str, Any]) -> str:
+    """The chat page's origin: the socket's Origin header (checked to be this site's by
+    ``SameOriginValidator``), else its Host; links of URL questions point there."""
+    headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if origin and origin != "null":
+        return origin
+    host = headers.get(b"host", b"").decode("latin-1")
+    scheme = "https" if scope.get("scheme") == "wss" else "http"
+    return f"{scheme}://{host}" if host else ""
 
 
 @sync_to_async
@@ -124,6 +137,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             conversation_group(self.conversation_id), self.channel_name
         )
         await self.accept()
+        remember_origin(self.conversation_id, _page_origin(self.scope))
         hub = current_runtime().hub
         await self.send_event(hub.state(self.conversation_id))
         for form in hub.pending_forms(self.conversation_id):

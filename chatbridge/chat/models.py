@@ -193,3 +193,39 @@ class JournalRecord(models.Model):
         if self.answered_at is None:
             return None
         return (self.answered_at - self.requested_at).total_seconds()
+
+
+class ElicitLink(models.Model):
+    """The one-time link of a URL question (``ctx.elicit_url``) and what its page reported.
+
+    Only a hash of the token is kept; the token itself is derived from the secret key and
+    ``nonce``, so the same question hands out the same link until it expires.
+    """
+
+    elicit_id = models.CharField(max_length=300, unique=True)
+    call_id = models.CharField(max_length=200, db_index=True)
+    tool_name = models.CharField(max_length=64)
+    key = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True, help_text="sha256 of the token")
+    nonce = models.CharField(max_length=32)
+    message = models.TextField(blank=True, default="")
+    context = models.JSONField(default=dict, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    expires_at = models.DateTimeField()
+    opened_at = models.DateTimeField(null=True, blank=True, help_text="first visit of the page")
+    completed_at = models.DateTimeField(null=True, blank=True, help_text="the page answered")
+    closed_at = models.DateTimeField(
+        null=True, blank=True, help_text="the question closed otherwise (declined, expired)"
+    )
+    result = models.JSONField(null=True, blank=True, help_text="the page's answer")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"link of {self.elicit_id}"
+
+    @property
+    def used(self) -> bool:
+        return self.completed_at is not None or self.closed_at is not None

@@ -1,19 +1,32 @@
-"""Pages: the chat (with its conversation list) and the tools overview."""
+"""Pages: the chat (with its conversation list), the tools overview, guest UIs and the pages
+of URL questions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from uuid import UUID
 
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from asgiref.sync import sync_to_async
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_POST, require_safe
 
+from chatbridge.chat import links
 from chatbridge.chat.models import Conversation, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.store import owner_key
+from chatbridge.core.elicit import ElicitId
+from chatbridge.core.exceptions import LinkUnusable
+from chatbridge.core.links import UrlQuestion
 from chatbridge.core.schema import FieldInfo, describe_fields
 
 SIDEBAR_SIZE = 50
@@ -119,4 +132,48 @@ def guest_ui(request: HttpRequest, name: str) -> HttpResponse:
     response["Content-Security-Policy"] = GUEST_CSP
     response["Referrer-Policy"] = "no-referrer"
     response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+LINK_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def _link_refused(request: HttpRequest, exc: LinkUnusable) -> HttpResponse:
+    status = 404 if exc.reason == "unknown" else 410
+    return render(request, "chatbridge/link_refused.html", {"reason": str(exc)}, status=status)
+
+
+async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
+    """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
+    the question's one-time link; unknown, expired and used links get a page saying so."""
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+    try:
+        row = await sync_to_async(links.find)(token, visit=request.method == "GET")
+    except LinkUnusable as exc:
+        response = _link_refused(request, exc)
+    else:
+        plugin = get_registry().get(row.tool_name)
+        page = plugin.url_pages.get(row.key) if plugin is not None else None
+        if page is None:
+            response = _link_refused(request, LinkUnusable("unknown"))
+        else:
+            question = UrlQuestion(
+                elicit_id=ElicitId.parse(row.elicit_id),
+                message=row.message,
+                context=row.context,
+                params=row.params,
+                complete=partial(links.complete, token),
+            )
+            try:
+                response = await page(request, question)
+            except LinkUnusable as exc:  # used or expired while the page was open
+                response = _link_refused(request, exc)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    response["X-Frame-Options"] = "DENY"
+    response.setdefault("Content-Security-Policy", LINK_CSP)
     return response

@@ -30,6 +30,7 @@ __all__ = [
     "WORKERS_GROUP",
     "ChannelPeers",
     "broadcast_abort",
+    "deliver_page_answer",
     "ensure_listener",
     "query_workers",
     "stop_listener",
@@ -141,6 +142,17 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
         if session is not None:  # answer first: the operator waits for the ack, not the end
             await layer.send(message["reply_to"], {"type": "workers.aborted", "worker": WORKER_ID})
             await session.abort(str(message.get("reason")), by=str(message.get("by") or ""))
+    elif message.get("type") == "workers.page_answer":
+        from chatbridge.core.elicit import result_from_dict
+
+        session = manager.get(str(message.get("call_id")))
+        pending = session.pending if session is not None else None
+        if session is None or pending is None or str(pending.id) != message.get("elicit_id"):
+            return  # not held here: another worker answers, or nobody (it is on record)
+        await layer.send(message["reply_to"], {"type": "workers.delivered", "worker": WORKER_ID})
+        await session.respond_to_elicit(
+            pending.id, result_from_dict(message["result"]), by_page=True
+        )
     elif message.get("type") == "workers.ping":
         await layer.send(message["reply_to"], {"type": "workers.pong", "worker": WORKER_ID})
     elif message.get("type") == "workers.answer":
@@ -262,6 +274,24 @@ async def broadcast_abort(
         1,
     )
     return str(replies[0]["worker"]) if replies else None
+
+
+async def deliver_page_answer(
+    call_id: str, elicit_id: str, result: dict[str, Any], timeout: float = PEER_TIMEOUT
+) -> bool:
+    """Hand a URL question's answer (reported by its page) to whichever worker holds the call
+    waiting for it; False if none does (the call finds the answer on record when it asks)."""
+    message = {
+        "type": "workers.page_answer",
+        "call_id": call_id,
+        "elicit_id": elicit_id,
+        "result": result,
+    }
+    try:
+        return bool(await _gather(message, timeout, 1))
+    except Exception as exc:  # the channel layer is down: the answer stays on record
+        logger.warning("delivering the page answer of %s failed: %s", elicit_id, exc)
+        return False
 
 
 async def _ask_worker(

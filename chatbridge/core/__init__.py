@@ -10,6 +10,7 @@ from chatbridge.core.elicit import (
     Decline,
     ElicitAction,
     ElicitId,
+    ElicitMode,
     ElicitRequest,
     ElicitResult,
     ElicitSchema,
@@ -23,6 +24,7 @@ from chatbridge.core.exceptions import (
     ElicitNotPending,
     ElicitValidationError,
     InvalidToolParams,
+    LinkUnusable,
     NotSerializable,
     PluginDefinitionError,
     ReplayDivergence,
@@ -31,10 +33,12 @@ from chatbridge.core.exceptions import (
     SessionNotFound,
     ToolDefinitionError,
     UnknownElicitKey,
+    UrlQuestionsUnavailable,
 )
 from chatbridge.core.guest_ui import guest_ui
 from chatbridge.core.handoff import create_tool
 from chatbridge.core.journal import JournalEntry
+from chatbridge.core.links import UrlLinks, UrlPage, UrlQuestion
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import (
     FormPost,
@@ -60,6 +64,7 @@ __all__ = [
     "ElicitAction",
     "ElicitAlreadyPending",
     "ElicitId",
+    "ElicitMode",
     "ElicitInBranch",
     "ElicitNotPending",
     "ElicitRequest",
@@ -69,6 +74,7 @@ __all__ = [
     "FormPost",
     "InvalidToolParams",
     "JournalEntry",
+    "LinkUnusable",
     "McpTool",
     "ToolHints",
     "NotSerializable",
@@ -90,6 +96,10 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "UnknownElicitKey",
+    "UrlLinks",
+    "UrlPage",
+    "UrlQuestion",
+    "UrlQuestionsUnavailable",
     "answer_rule",
     "auto_form",
     "create_mcp_tool",

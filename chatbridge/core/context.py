@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 from chatbridge.core.approval import APPROVAL_KEY, Approval, approval_message
 from chatbridge.core.elicit import (
     ElicitId,
+    ElicitMode,
     ElicitRequest,
     ElicitResult,
     result_from_dict,
@@ -178,6 +179,19 @@ class ToolContext:
             raise UnknownElicitKey(self._state.tool.name, key, self._state.tool.elicits)
         return await self._ask(key, model, message, context, ui)
 
+    async def elicit_url(self, key: str, *, message: str, **context: Any) -> ElicitResult[Any]:
+        """Ask ``key`` on a page of its own (a payment, a credential): the user gets a one-time
+        link; the page reports the answer, validated against the key's model like any other.
+
+        Journaled and replayed like ``elicit`` (the link is never recorded). Use it for input
+        that must not pass through the chat, the model or an MCP client.
+        """
+        model: type[BaseModel] | None = self._state.tool.elicits.get(key)
+        if model is None:
+            self._state.check_aborted()
+            raise UnknownElicitKey(self._state.tool.name, key, self._state.tool.elicits)
+        return await self._ask(key, model, message, context, None, mode="url")
+
     async def ask_approval(self) -> ElicitResult[Approval]:
         """The call's approval question (tools declared with ``.needs_approval()``), asked by
         the session before the tool body runs; journaled like any answer."""
@@ -193,6 +207,7 @@ class ToolContext:
         message: str,
         context: dict[str, Any],
         ui: dict[str, Any] | None,
+        mode: ElicitMode = "form",
     ) -> ElicitResult[Any]:
         state = self._state
         state.check_aborted()
@@ -205,14 +220,17 @@ class ToolContext:
         pos = self._next_pos()
         state.elicit_seq += 1
         elicit_id = ElicitId(state.tool.name, key, state.call_id, state.elicit_seq)
-        digest = request_digest({"key": key, "message": message, "context": plain_context})
+        asked: dict[str, Any] = {"key": key, "message": message, "context": plain_context}
+        if mode != "form":  # form questions keep the digests they were recorded with
+            asked["mode"] = mode
+        digest = request_digest(asked)
         entry = state.journal.recorded(self.scope, pos, "elicit", key, digest)
         if entry is not None:
             return validate_result(
                 result_from_dict(entry.result), model, str(elicit_id), context=plain_context
             )
         request = ElicitRequest.build(
-            elicit_id, model, message, plain_context, state.params, plain_ui
+            elicit_id, model, message, plain_context, state.params, plain_ui, mode
         )
         seq = state.journal.next_seq()
         await state.host.requested(seq, "elicit", key, request.to_dict())

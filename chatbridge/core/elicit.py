@@ -18,6 +18,7 @@ __all__ = [
     "Decline",
     "ElicitAction",
     "ElicitId",
+    "ElicitMode",
     "ElicitRequest",
     "ElicitResult",
     "ElicitSchema",
@@ -28,6 +29,7 @@ __all__ = [
 
 T = TypeVar("T")
 ElicitAction = Literal["accept", "decline", "cancel"]
+ElicitMode = Literal["form", "url"]
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,12 @@ class ElicitSchema:
 
 @dataclass(frozen=True)
 class ElicitRequest:
-    """One question a tool asks: what to show, which shape the answer has."""
+    """One question a tool asks: what to show, which shape the answer has.
+
+    ``mode`` is ``"url"`` for a question answered on a page of its own (``ctx.elicit_url``):
+    the user opens ``url`` (an absolute one-time link, filled in by the session before the
+    question is shown) and the page reports the answer; hosts only offer the link.
+    """
 
     id: ElicitId
     message: str
@@ -185,6 +192,8 @@ class ElicitRequest:
     context: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     ui: dict[str, Any] | None = None
+    mode: ElicitMode = "form"
+    url: str | None = None
 
     @property
     def key(self) -> str:
@@ -216,10 +225,11 @@ class ElicitRequest:
         context: dict[str, Any],
         params: dict[str, Any],
         ui: dict[str, Any] | None,
+        mode: ElicitMode = "form",
     ) -> ElicitRequest:
         """Create a request whose schema carries the context as ``x-model-context``."""
         schema = with_context(_schema_of(model), context)
-        return cls(elicit_id, message, ElicitSchema(model, schema), context, params, ui)
+        return cls(elicit_id, message, ElicitSchema(model, schema), context, params, ui, mode)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as sent to browsers and stored in records."""
@@ -234,4 +244,6 @@ class ElicitRequest:
             "requested_schema": self.schema.json,
             "params": self.params,
             "ui": self.ui,
+            "mode": self.mode,
+            "url": self.url,
         }

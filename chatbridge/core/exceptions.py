@@ -19,6 +19,7 @@ __all__ = [
     "ElicitValidationError",
     "InvalidToolParams",
     "JournalWriteFailed",
+    "LinkUnusable",
     "NotSerializable",
     "PluginDefinitionError",
     "ReplayDivergence",
@@ -27,6 +28,7 @@ __all__ = [
     "SessionNotFound",
     "ToolDefinitionError",
     "UnknownElicitKey",
+    "UrlQuestionsUnavailable",
 ]
 
 
@@ -245,3 +247,27 @@ class ClaimLost(ChatBridgeError):
             f"{session_id!r}, not {worker}); this copy stopped so that only the holder acts on the "
             "call."
         )
+
+
+class UrlQuestionsUnavailable(ChatBridgeError):
+    """A tool asked a URL question where nothing hands out links for them."""
+
+    def __init__(self, tool: str, key: str) -> None:
+        self.tool, self.key = tool, key
+        super().__init__(
+            f"Tool {tool!r} asked {key!r} as a URL question, but this server has no links for "
+            "them; give the SessionManager url_links=..."
+        )
+
+
+class LinkUnusable(ChatBridgeError):
+    """A URL question's link cannot be used (unknown, expired, or already used)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        messages = {
+            "unknown": "This link is not valid.",
+            "expired": "This link has expired. Go back to the chat and ask again.",
+            "used": "This link was already used; the question it belonged to is closed.",
+        }
+        super().__init__(messages.get(reason, reason))

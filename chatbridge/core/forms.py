@@ -66,6 +66,8 @@ class FormSurface:
             errors=errors,
             attempt=self._attempt,
             html=html,
+            mode=request.mode,
+            url=request.url,
         )
         waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
         self._pending.session.shown, self._pending.waiter = form, waiter

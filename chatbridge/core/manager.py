@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from chatbridge.core.exceptions import DuplicateSession, SessionNotFound
 from chatbridge.core.journal import JournalEntry, JournalStore, MemoryJournalStore
+from chatbridge.core.links import UrlLinks
 from chatbridge.core.observer import SessionObserver, observe
 from chatbridge.core.sampling import LiteLLMSampler, Sampler
 from chatbridge.core.sessions import Clock, PluginSession, SessionInfo
@@ -33,6 +34,8 @@ class SessionManager:
             stops the call (default: memory only).
         idle_timeout: seconds a session may wait for an answer before it is aborted
             (``None`` disables expiry).
+        url_links: hands out the links of URL questions (``ctx.elicit_url``); without it
+            such a question stops the call with ``UrlQuestionsUnavailable``.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class SessionManager:
         clock: Clock = time.monotonic,
         observer: SessionObserver | None = None,
         journal_store: JournalStore | None = None,
+        url_links: UrlLinks | None = None,
     ) -> None:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive or None, got {idle_timeout!r}")
@@ -50,6 +54,7 @@ class SessionManager:
         self.idle_timeout = idle_timeout
         self.observer = observer
         self.journal_store: JournalStore = journal_store or MemoryJournalStore()
+        self.url_links = url_links
         self._clock = clock
         self._sessions: dict[str, PluginSession] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -83,6 +88,7 @@ class SessionManager:
             observer=self.observer,
             journal_store=self.journal_store,
             meta=meta,
+            url_links=self.url_links,
         )
         self._sessions[call_id] = session
         await observe(self.observer, lambda o: o.session_started(session))

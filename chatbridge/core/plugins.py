@@ -25,6 +25,7 @@ from chatbridge.core.elicit import (
     validate_result,
 )
 from chatbridge.core.exceptions import ElicitValidationError, PluginDefinitionError
+from chatbridge.core.links import UrlPage
 from chatbridge.core.tools import McpTool
 
 __all__ = [
@@ -151,11 +152,13 @@ ElicitHandler = Callable[[ElicitRequest, PluginContext], Awaitable[ElicitResult[
 
 @dataclass(frozen=True)
 class Plugin:
-    """A tool with a handler for every key it elicits, and the guest UIs it serves."""
+    """A tool with a handler (or a URL page) for every key it elicits, and the guest UIs
+    it serves."""
 
     tool: McpTool[Any, Any]
     handlers: Mapping[str, ElicitHandler]
     ui_resources: Mapping[str, str] = field(default_factory=dict)  # ui:// URI → template
+    url_pages: Mapping[str, UrlPage] = field(default_factory=dict)  # key → page (a view)
 
     @property
     def name(self) -> str:
@@ -167,8 +170,13 @@ class Plugin:
         return self.tool
 
     async def handle(self, request: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]:
-        """Run the handler for ``request.key`` and validate what it returns."""
+        """Run the handler for ``request.key`` and validate what it returns; a URL question
+        shows its link (``url_card``) whatever the key's handler."""
         handler = self.handlers.get(request.key)
+        if request.mode == "url":
+            from chatbridge.core.url_card import url_card
+
+            handler = url_card
         if handler is None:
             raise PluginDefinitionError(self.name, extra=(), missing=(request.key,))
         model: type[BaseModel] = request.schema.model
@@ -188,6 +196,7 @@ class PluginBuilder:
         self._tool = tool
         self._handlers: dict[str, ElicitHandler] = {}
         self._ui: dict[str, str] = {}
+        self._pages: dict[str, UrlPage] = {}
 
     def ui_resource(self, uri: str, template_name: str) -> PluginBuilder:
         """Serve ``template_name`` as the guest UI ``uri`` (``ui://name``, seed 004)."""
@@ -213,14 +222,31 @@ class PluginBuilder:
             self._handlers[key] = handler
         return self
 
+    def on_url_page(self, **pages: UrlPage) -> PluginBuilder:
+        """Register the pages of URL questions (``ctx.elicit_url``) by key: Django views,
+        ``async def page(request, question: UrlQuestion) -> HttpResponse``, served at the
+        question's one-time link; the page calls ``await question.complete(content)`` when
+        done. A key with a page needs no ``on_elicit`` handler."""
+        for key, page in pages.items():
+            if key in self._pages:
+                raise PluginDefinitionError(self._tool.name, detail=f"two pages for key {key!r}")
+            if not inspect.iscoroutinefunction(page):
+                raise PluginDefinitionError(
+                    self._tool.name,
+                    detail=f"the page for {key!r} must be an async function, got {page!r}",
+                )
+            self._pages[key] = page
+        return self
+
     def build(self) -> Plugin:
-        """Check the handlers cover the declared keys exactly and return the ``Plugin``."""
-        declared, given = set(self._tool.elicits), set(self._handlers)
+        """Check the handlers and pages cover the declared keys exactly and return the
+        ``Plugin``."""
+        declared, given = set(self._tool.elicits), set(self._handlers) | set(self._pages)
         if declared != given:
             raise PluginDefinitionError(
                 self._tool.name, missing=declared - given, extra=given - declared
             )
-        return Plugin(self._tool, dict(self._handlers), dict(self._ui))
+        return Plugin(self._tool, dict(self._handlers), dict(self._ui), dict(self._pages))
 
 
 def make_plugin(tool: McpTool[Any, Any]) -> PluginBuilder:

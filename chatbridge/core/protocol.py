@@ -119,6 +119,8 @@ class ElicitForm(_Event):
     errors: dict[str, list[str]] = Field(default_factory=dict)
     attempt: int = 1
     html: str = ""
+    mode: Literal["form", "url"] = "form"
+    url: str | None = None  # a URL question's one-time link: the page answers it
 
 
 class ElicitResponseAck(_Event):

@@ -10,6 +10,7 @@ socket: whoever drives a session reads ``next_event()`` and answers, and may com
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -45,6 +46,7 @@ from chatbridge.core.exceptions import (
     ElicitValidationError,
     JournalWriteFailed,
     SessionAborted,
+    UrlQuestionsUnavailable,
 )
 from chatbridge.core.journal import (
     EntryKind,
@@ -54,6 +56,7 @@ from chatbridge.core.journal import (
     MemoryJournalStore,
     to_json_value,
 )
+from chatbridge.core.links import UrlLinks
 from chatbridge.core.observer import SessionObserver, observe
 from chatbridge.core.sampling import Sampler, SampleRequest, SampleResult
 from chatbridge.core.tools import McpTool
@@ -67,6 +70,7 @@ SessionStatus = Literal[
 ]
 Clock = Callable[[], float]
 _PARKED = "parked: the server is shutting down"
+ON_ITS_PAGE = "This question is answered on its own page: open its link to continue."
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class PluginSession:
         observer: SessionObserver | None = None,
         journal_store: JournalStore | None = None,
         meta: Mapping[str, str] | None = None,
+        url_links: UrlLinks | None = None,
     ) -> None:
         self.tool = tool
         self.id = self.call_id = call_id
@@ -111,6 +116,7 @@ class PluginSession:
         self.aborted_by: str | None = None
         self._journal = Journal(tool.name, journal)
         self._sampler = sampler
+        self._links = url_links
         self._clock = clock
         self._on_finish = on_finish
         self._state = CallState(tool, call_id, params.model_dump(mode="json"), self, self._journal)
@@ -126,6 +132,9 @@ class PluginSession:
         self.pending_errors: ElicitValidationError | None = None
         self.pending_field_errors: dict[str, list[str]] = {}
         self.shown: Any = None
+        # How the last question closed (its id and result): hosts tell an answer reported by
+        # a URL question's page from an expiry.
+        self.last_answer: tuple[str, ElicitResult[Any]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._parked = False
         self.created_at = self.updated_at = datetime.now(UTC)
@@ -218,9 +227,17 @@ class PluginSession:
                 wakeup.set_result(None)
 
     async def respond_to_elicit(
-        self, elicit_id: ElicitId | str, result: ElicitResult[Any] | Mapping[str, Any]
+        self,
+        elicit_id: ElicitId | str,
+        result: ElicitResult[Any] | Mapping[str, Any],
+        *,
+        by_page: bool = False,
     ) -> None:
-        """Answer the pending question; invalid content raises and leaves it pending."""
+        """Answer the pending question; invalid content raises and leaves it pending.
+
+        A URL question (``ctx.elicit_url``) takes ``Accept`` only from its page (``by_page``):
+        a host may decline or cancel it, never answer it.
+        """
         pending = self._pending
         wanted = str(elicit_id)
         if pending is None or str(pending[0].id) != wanted or pending[1].done():
@@ -233,6 +250,10 @@ class PluginSession:
                 raise ElicitValidationError(
                     wanted, request.schema.model.__name__, [{"loc": ("action",), "msg": str(exc)}]
                 ) from None
+        if request.mode == "url" and result.accepted and not by_page:
+            raise ElicitValidationError(
+                wanted, request.schema.model.__name__, [{"loc": ("action",), "msg": ON_ITS_PAGE}]
+            )
         try:
             validated = validate_result(
                 result, request.schema.model, wanted, context=request.context
@@ -244,6 +265,7 @@ class PluginSession:
             raise
         self._pending = None
         self._touch()
+        self.last_answer = (wanted, validated)
         future.set_result(validated)
 
     async def refused(
@@ -267,6 +289,7 @@ class PluginSession:
                 self, str(pending[0].id), {}, {"__all__": ["expired: no answer in time"]}
             ),
         )
+        self.last_answer = (str(pending[0].id), Cancel())
         pending[1].set_result(Cancel())
         return True
 
@@ -330,16 +353,47 @@ class PluginSession:
         self._pending = (request, future)
         self.pending_attempts, self.pending_errors, self.pending_field_errors = 0, None, {}
         self.shown = None
-        self._set_status("awaiting_elicit")
-        await observe(self.observer, lambda o: o.status_changed(self))
-        self._emit(ElicitEvent(self.id, request))
         try:
+            if request.mode == "url":
+                request = await self._link(request, future)
+            if not future.done():  # a URL question's page may have answered it already
+                self._set_status("awaiting_elicit")
+                await observe(self.observer, lambda o: o.status_changed(self))
+                self._emit(ElicitEvent(self.id, request))
             return await future
         finally:
             self._pending, self.shown = None, None
+            # Answered, expired or aborted (not parked, which cancels it): the link is spent.
+            if request.mode == "url" and future.done() and not future.cancelled():
+                await self._close_link(request)
             self._set_status("running")
             if self._state.aborted is None and not self._parked:
                 await observe(self.observer, lambda o: o.status_changed(self))
+
+    async def _link(
+        self, request: ElicitRequest, future: asyncio.Future[ElicitResult[Any]]
+    ) -> ElicitRequest:
+        """Fill in a URL question's link; answer it at once if its page already reported
+        (while no session held it, or in an earlier run of a replayed call)."""
+        if self._links is None:
+            raise UrlQuestionsUnavailable(self.tool_name, request.key)
+        request = dataclasses.replace(request, url=await self._links.open(request, self.meta))
+        if self._pending is not None and self._pending[1] is future:
+            self._pending = (request, future)
+        answered = await self._links.answer(request)
+        if answered is not None and not future.done():
+            self.last_answer = (str(request.id), answered)
+            future.set_result(answered)
+        return request
+
+    async def _close_link(self, request: ElicitRequest) -> None:
+        """The question is over: its link stops working (best effort: it also expires)."""
+        if self._links is None:
+            return
+        try:
+            await self._links.close(request)
+        except Exception:
+            logger.exception("closing the link of %s failed", request.id)
 
     async def complete(self, request: SampleRequest) -> SampleResult:
         self._set_status("awaiting_sample")

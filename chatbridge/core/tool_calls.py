@@ -220,16 +220,8 @@ class ToolCallRunner:
         try:
             await asyncio.wait({handler, ended, closed}, return_when=asyncio.FIRST_COMPLETED)
             if not handler.done():
-                if closed.done() and not ended.done():  # nobody answered in time: Cancel
-                    await self.sink(
-                        conv.id,
-                        ElicitComplete(
-                            call_id=request.call_id,
-                            elicit_id=str(request.id),
-                            action="cancel",
-                            note="expired: no answer in time",
-                        ),
-                    )
+                if closed.done() and not ended.done():  # answered on its page, or expired
+                    await self.sink(conv.id, self._closed(session, request))
                 return  # else aborted while the form was open
             try:
                 result = handler.result()
@@ -253,6 +245,25 @@ class ToolCallRunner:
                 task.cancel()
             conv.pending.pop(request.call_id, None)
             await self.set_phase(conv, conv.waiting_phase())
+
+    @staticmethod
+    def _closed(session: PluginSession, request: ElicitRequest) -> ElicitComplete:
+        """How a question closed without its form: a URL question's page answered it, or
+        nobody answered in time."""
+        last = session.last_answer
+        if last is not None and last[0] == str(request.id) and last[1].accepted:
+            return ElicitComplete(
+                call_id=request.call_id,
+                elicit_id=str(request.id),
+                action="accept",
+                note="completed on its page",
+            )
+        return ElicitComplete(
+            call_id=request.call_id,
+            elicit_id=str(request.id),
+            action="cancel",
+            note="expired: no answer in time",
+        )
 
     def _sink_for(self, conv: LiveConversation) -> Callable[[ChatEvent], Awaitable[None]]:
         async def send(event: ChatEvent) -> None:

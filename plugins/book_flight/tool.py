@@ -16,7 +16,7 @@ from plugins.book_flight.data import (
     seat_map_for,
 )
 
-__all__ = ["BookFlightParams", "PickFlight", "PickSeat", "book_flight"]
+__all__ = ["BookFlightParams", "PaymentDone", "PickFlight", "PickSeat", "Review", "book_flight"]
 
 
 class BookFlightParams(BaseModel):
@@ -63,6 +63,18 @@ class PickSeat(BaseModel):
             raise AnswerRefused(f"Seat {row}{seat} is taken; choose another.")
 
 
+class Review(BaseModel):
+    confirm: bool = Field(default=True, description="Book this flight and seat at this price")
+
+
+class PaymentDone(BaseModel):
+    """What the payment page reports: never the card, only a token for it and its last
+    four digits."""
+
+    payment_token: str = Field(min_length=16, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    last4: str = Field(pattern=r"^[0-9]{4}$", description="Last four digits of the card")
+
+
 _PAST = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
 
 
@@ -98,6 +110,29 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     label = f"{seat.content.row}{seat.content.seat}"  # PickSeat's rules: in the cabin and free
     await ctx.notify(f"Seat {label} held", progress=3, total=4)
 
+    price = flight.price_usd
+    review = await ctx.elicit(
+        "review",
+        message=f"Book {flight.airline} {flight.number}, seat {label}, for ${price}?",
+        flight=f"{flight.airline} {flight.number}",
+        route=f"{origin}-{destination}",
+        departs=flight.departs,
+        seat=label,
+        price_usd=price,
+    )
+    if not review.accepted or not review.content.confirm:
+        return {"booked": False, "reason": "booking not confirmed"}
+    paid = await ctx.elicit_url(
+        "payment",
+        message=f"Pay ${price} for {flight.airline} {flight.number}, seat {label}",
+        link_label="Continue to secure payment",
+        amount_usd=price,
+        flight=flight.number,
+        seat=label,
+    )
+    if not paid.accepted:
+        return {"booked": False, "reason": f"payment {_PAST[paid.action]}"}
+
     tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)
     ticket = await ctx.step("issue_ticket", issue_ticket, flight.id, label)
     await ctx.notify("Ticket issued", progress=4, total=4)
@@ -111,6 +146,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
         "departs": flight.departs,
         "seat": label,
         "price_usd": flight.price_usd,
+        "paid": {"last4": paid.content.last4},
         "tip": tip.text,
     }
 
@@ -118,9 +154,10 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
 book_flight = (
     create_mcp_tool("book_flight")
     .description(
-        "Book a flight for the user: search, let them pick a flight and a seat, issue a ticket."
+        "Book a flight for the user: search, let them pick a flight and a seat, review the "
+        "price, take payment on a secure page, issue a ticket."
     )
     .parameters(BookFlightParams)
-    .elicits(pick_flight=PickFlight, pick_seat=PickSeat)
+    .elicits(pick_flight=PickFlight, pick_seat=PickSeat, review=Review, payment=PaymentDone)
     .execute(run_book_flight)
 )
