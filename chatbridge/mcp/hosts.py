@@ -49,7 +49,9 @@ from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, 
 from chatbridge.core.model_context import encode_message, with_context
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.levels import hears
+from chatbridge.mcp.modes import ModeNotDeclared, modes_of
 from chatbridge.mcp.schemas import for_version, read_back
+from chatbridge.mcp.urls import answered_by_page, url_params
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -158,29 +160,46 @@ class Channel:
             logger.info("notification to the MCP client failed: %s", exc)
 
 
-async def drive(session: PluginSession, channel: Channel, ask: Ask) -> SessionEvent:
+async def drive(
+    session: PluginSession,
+    channel: Channel,
+    ask: Ask,
+    completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
+) -> SessionEvent:
     """Carry ``session``'s events to the client until it ends; return its terminal event.
 
-    ``ClientGone`` (or cancellation of the MCP request) leaves the session to the caller.
+    ``completed`` is told of each URL question its page answered. ``ClientGone``,
+    ``ModeNotDeclared`` (or cancellation of the MCP request) leave the session to the caller.
     """
     while True:
         event = await session.next_event()
         if event.type in ("log", "progress"):
             await channel.forward(event)
         elif event.type == "elicit":
-            await _put(session, event.request, ask)
+            await _put(session, event.request, ask, completed)
         else:
             return event
 
 
-async def _put(session: PluginSession, request: ElicitRequest, ask: Ask) -> None:
-    """Ask until the question is settled, the carrier settles it, or the session ends it."""
+async def _put(
+    session: PluginSession,
+    request: ElicitRequest,
+    ask: Ask,
+    completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
+) -> None:
+    """Ask until the question is settled, the carrier settles it, or the session ends it.
+
+    A URL question answered on its page is reported to ``completed`` before the carrier's
+    request (consent, or the wait after it) is given up.
+    """
     note = ""
     while True:
         asking = asyncio.ensure_future(ask(request, note))
         closed = asyncio.ensure_future(session.question_closed(request.id))
         try:
             await asyncio.wait({asking, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if closed.done() and completed is not None and answered_by_page(session, request):
+                await completed(request)
         finally:
             closed.cancel()
             if not asking.done():
@@ -213,11 +232,20 @@ class PushCarrier:
     ) -> None:
         self.ctx, self.flat, self.timeout = ctx, flat, timeout
         self.session, self.heartbeat = session, heartbeat
+        self.modes = modes_of(ctx)
 
     async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
+        if request.mode not in self.modes:
+            raise ModeNotDeclared(request.tool_name, request.mode, self.modes)
         version = self.ctx.protocol_version
         flat = self.flat[request.key]
-        params = wire_request(request, for_version(flat, version), note, context_in_message=False)
+        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams
+        if request.mode == "url":
+            params = url_params(request)
+        else:
+            params = wire_request(
+                request, for_version(flat, version), note, context_in_message=False
+            )
         asking = asyncio.ensure_future(
             self.ctx.session.send_request(
                 types.ElicitRequest(params=params),
@@ -244,7 +272,21 @@ class PushCarrier:
             logger.info("%s: no answer in %.1fs: the question expires", request.id, self.timeout)
             await self.session.expire()
             return None
+        if request.mode == "url" and answer.action == "accept":
+            # Consent only: the page answers. Wait (pinging) until the question closes, which
+            # ends this wait from outside (``_put``).
+            await self._heartbeat()
+            raise ClientGone("the client stopped answering pings")
         return from_wire(answer.action, read_back(answer.content, flat, version))
+
+    async def completed(self, request: ElicitRequest) -> None:
+        """``notifications/elicitation/complete``: the page of ``request`` was answered."""
+        try:
+            await self.ctx.session.send_elicit_complete(
+                str(request.id), related_request_id=self.ctx.request_id
+            )
+        except MCPError as exc:
+            logger.info("elicitation/complete to the MCP client failed: %s", exc)
 
     async def _heartbeat(self) -> None:
         """Return when the client fails to answer a ping in time."""
@@ -340,8 +382,13 @@ class NotifyCarrier:
                     "type": "request",
                     "request_id": request_id,
                     "request_type": request.key,
+                    "mode": request.mode,
                     "message": message,
-                    "schema": self.flat[request.key],
+                    **(
+                        {"url": request.url}  # answered on the page; _respond may decline
+                        if request.mode == "url"
+                        else {"schema": self.flat[request.key]}
+                    ),
                     "context": request.context,
                     "timeout_ms": int(self.timeout * 1000),
                     "respond_with": "_respond",

@@ -42,6 +42,7 @@ from chatbridge.mcp.hosts import (
     drive,
 )
 from chatbridge.mcp.levels import hears, set_level
+from chatbridge.mcp.modes import ModeNotDeclared
 from chatbridge.mcp.rounds import (
     CallStore,
     Rounds,
@@ -92,6 +93,7 @@ class McpSettings:
     state_ttl: float = 900.0
     request_timeout: float = 120.0
     heartbeat: float = 5.0  # seconds between pings of a client that is being asked
+    url_wait: float = 20.0  # a 2026-07-28 retry waits this long for a URL question's page
     name: str = "chatbridge"
 
 
@@ -110,6 +112,12 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
     return _header(ctx, "mcp-session-id")
+
+
+def _origin(ctx: ServerRequestContext[Any, Any]) -> str:
+    """scheme://host[:port] of the HTTP request (links of URL questions are absolute)."""
+    url = getattr(getattr(ctx, "request", None), "url", None)
+    return f"{url.scheme}://{url.netloc}" if url is not None else ""
 
 
 def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
@@ -148,7 +156,9 @@ class McpBridge:
         }
         self.manager, self.settings = manager, settings
         self.pending = PendingRequests()
-        self.rounds = Rounds(manager, self.flat, settings.state_ttl, store)
+        self.rounds = Rounds(
+            manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
+        )
         self._aborts: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
             settings.name,
@@ -262,7 +272,11 @@ class McpBridge:
         push: bool,
     ) -> types.CallToolResult:
         """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
-        meta = {"transport": "mcp-push" if push else "mcp-respond", "client": self._client(ctx)}
+        meta = {
+            "transport": "mcp-push" if push else "mcp-respond",
+            "client": self._client(ctx),
+            "origin": _origin(ctx),
+        }
         session = await self.manager.create(
             tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
         )
@@ -286,8 +300,13 @@ class McpBridge:
                 _mcp_session(ctx),
                 _caller(ctx),
             )
+        completed = ask.completed if isinstance(ask, PushCarrier) else None
         try:
-            event = await drive(session, channel, ask)
+            event = await drive(session, channel, ask, completed)
+        except ModeNotDeclared as exc:
+            await session.abort(str(exc))
+            await session.wait_finished()
+            return error_of(str(exc))
         except ClientGone as exc:
             logger.info("MCP call %s: the client went away (%s)", session.id, exc)
             await session.abort(CLIENT_GONE)
@@ -318,7 +337,7 @@ class McpBridge:
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller(ctx)
-        meta = {"transport": "mcp-mrtr", "client": self._client(ctx)}
+        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": _origin(ctx)}
         channel = Channel(ctx)
         if params.request_state is None:
             call_id = f"mcp_{uuid.uuid4().hex}"
