@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
@@ -11,7 +13,7 @@ import httpx2
 from chatbridge import SessionManager
 from chatbridge.core.links import MemoryUrlLinks
 
-__all__ = ["CARD_FORM", "pay", "with_pages"]
+__all__ = ["CARD_FORM", "PAID", "pay", "with_pages"]
 
 CARD_FORM = {
     "name": "Ada Lovelace",
@@ -31,16 +33,19 @@ def with_pages(manager: SessionManager) -> SessionManager:
     return manager
 
 
-async def pay(url: str) -> str:
-    """Complete the payment page at ``url`` with a test card; the page's text."""
+PAID = {"payment_token": "tok_" + "x" * 20, "last4": "4242"}
+
+
+async def pay(url: str, content: Mapping[str, Any] = PAID) -> str:
+    """Complete the payment page at ``url`` with a test card; the page's text. In process,
+    the page reports ``content`` (what book_flight's page would, by default)."""
     parts = urlsplit(url)
     memory = _MEMORY.get(f"{parts.scheme}://{parts.netloc}")
     if memory is not None:
         links, manager = memory
         token = parts.path.strip("/").split("/")[-1]
-        done = {"payment_token": "tok_" + "x" * 20, "last4": "4242"}
-        await links.complete(token, done, manager)
-        return "Paid with the card ending in 4242"
+        await links.complete(token, content, manager)
+        return "Completed on its page"
     async with httpx2.AsyncClient(timeout=30) as http:
         page = await http.get(url)
         page.raise_for_status()

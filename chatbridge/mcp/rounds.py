@@ -169,6 +169,9 @@ class Rounds:
         self._aborts: set[asyncio.Task[None]] = set()
         self._progressed: dict[str, float] = {}  # the last progress sent, by live call
         self._asked: dict[str, str] = {}  # the question last returned, by live call
+        # Calls between rounds: a URL question's page lets one run on, and end, before the
+        # next retry, after which the manager no longer lists it; its events wait here.
+        self._live: dict[str, PluginSession] = {}
 
     async def start(
         self,
@@ -208,7 +211,7 @@ class Rounds:
     ) -> Outcome:
         self._prune()
         call_id, caller = state.call_id, state.caller
-        session = self.manager.get(call_id)
+        session = self.manager.get(call_id) or self._live.get(call_id)
         ended = self._ended.get(call_id)
         if session is None and ended is None:
             stored = await self.store.load(call_id) if self.store is not None else None
@@ -277,13 +280,13 @@ class Rounds:
             finally:
                 closed.cancel()
             return await self._advance(session, caller, channel)
-        if session is not None and not session.finished:
+        if ended is None:
+            ended = self._ended.get(state.call_id)
+        if session is not None and (ended is None or not session.finished):
             pending = session.pending
             if pending is not None and self._asked.get(session.id) == str(pending.id):
                 return self._input_required(pending, caller, "")  # already handed out
-            return await self._advance(session, caller, channel)
-        if ended is None:
-            ended = self._ended.get(state.call_id)
+            return await self._advance(session, caller, channel)  # on, or to its queued end
         if ended is None:
             return error_of("This tool call is no longer known to the server (it expired).")
         return ended.result
@@ -329,6 +332,7 @@ class Rounds:
                     return await self._stop(session, str(refusal))
                 self._arm(session)
                 self._asked[session.id] = str(event.request.id)
+                self._live[session.id] = session
                 return self._input_required(event.request, caller, "")
             else:
                 self._forget(session.id)
@@ -362,6 +366,7 @@ class Rounds:
         return result
 
     def _forget(self, call_id: str) -> None:
+        self._live.pop(call_id, None)
         self._progressed.pop(call_id, None)
         self._asked.pop(call_id, None)
 
