@@ -8,7 +8,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from mcp import Client
+from mcp import Client, ClientSession
 from pydantic import BaseModel
 
 from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
@@ -219,4 +219,27 @@ async def test_a_url_only_client_is_never_sent_a_form(server: str) -> None:
         "Tool 'book_flight' needs an answer in a form (form mode), and this client declared "
         "url mode. Declare the elicitation.form capability to use this tool; the call was "
         "stopped."
+    )
+
+
+async def test_a_form_only_round_trip_client_is_stopped_at_the_url_question(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDK's client always declares both modes: make it declare what a form-only one would.
+    declare = ClientSession._build_capabilities
+
+    def form_only(self: ClientSession, version: str) -> types.ClientCapabilities:
+        capabilities = declare(self, version)
+        form = types.FormElicitationCapability()
+        capabilities.elicitation = types.ElicitationCapability(form=form)
+        return capabilities
+
+    monkeypatch.setattr(ClientSession, "_build_capabilities", form_only)
+    async with Client(
+        signing_bridge().server, mode=MODERN, elicitation_callback=Consenting()
+    ) as client:
+        result = await client.session.call_tool("sign", {}, allow_input_required=True)
+    assert isinstance(result, types.CallToolResult) and result.is_error
+    assert result.content[0].text.startswith(
+        "Tool 'sign' needs an answer on a web page (URL mode), and this client declared form mode."
     )
