@@ -295,6 +295,19 @@ class Chat:
             }
         )
 
+    async def review_and_pay(
+        self, timeout: float = 30.0, review: dict[str, Any] | None = None
+    ) -> None:
+        """book_flight after the seat: confirm the review (``review``, when already received),
+        then pay on the page behind the payment question's link, as its browser tab would."""
+        from tests.chat_http import pay_over_http
+
+        if review is None:
+            review = await self.next("elicit", timeout, key="review")
+        await self.answer(review, confirm=True)
+        payment = await self.next("elicit", timeout, key="payment")
+        await pay_over_http(self.http, payment["url"])
+
     async def close(self) -> None:
         if self.socket is not None:
             await self.socket.close()

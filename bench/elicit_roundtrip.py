@@ -84,6 +84,7 @@ async def seat_step(base: str, warmup: int, bookings: int) -> tuple[list[float],
             from bench.common import free_seat
 
             await chat.answer(seat, **free_seat(seat))
+            await chat.review_and_pay()
             await chat.next("tool_call", status="completed")
             await chat.next("conversation_state", phase="done")
             await chat.close()

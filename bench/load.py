@@ -3,11 +3,12 @@
 Every chat is a separate browser (own cookie, own conversation, own socket; aiohttp). All N
 sockets are opened first, in batches (the ramp), and stay open. Then each chat runs the whole
 flow: "Book a flight from JFK to LAX" → pick_flight form → answer → pick_seat form → answer →
-tool completed → turn done. Chats start spread over ``--spread`` seconds and think
+review form → confirm → payment link → the payment page (GET, POST a test card) → tool
+completed → turn done. Chats start spread over ``--spread`` seconds and think
 ``--think`` seconds before each answer (people do), so N chats are in flight at once.
 
-Elicit round trip = answer sent → next form (pick_seat) received, and answer sent → tool
-completed for the seat. Goal: p99 ≤ 50 ms with zero errors at N = 1000.
+Elicit round trip = answer sent → next form received: pick_flight → pick_seat, and pick_seat →
+review (the payment page is not timed). Goal: p99 ≤ 50 ms with zero errors at N = 1000.
 
     .venv/bin/python bench/load.py [--chats 1000] [--spread 20] [--think 0.5]
 """
@@ -42,7 +43,7 @@ from bench.common import (  # noqa: E402
 class Stats:
     def __init__(self) -> None:
         self.flight_rt: list[float] = []  # pick_flight answer → pick_seat form
-        self.seat_rt: list[float] = []  # pick_seat answer → tool_call completed
+        self.seat_rt: list[float] = []  # pick_seat answer → review form
         self.first_form: list[float] = []  # user message → pick_flight form
         self.errors: list[str] = []
         self.completed = 0
@@ -67,8 +68,10 @@ async def booking(chat: Chat, stats: Stats, delay: float, think: float, timeout:
         await asyncio.sleep(think * random.uniform(0.5, 1.5))
         t0 = time.perf_counter()
         await chat.answer(seat, **free_seat(seat))
-        done = await chat.next("tool_call", timeout, status="completed")
+        review = await chat.next("elicit", timeout, key="review")
         stats.seat_rt.append(time.perf_counter() - t0)
+        await chat.review_and_pay(timeout, review)  # the payment page: not timed
+        done = await chat.next("tool_call", timeout, status="completed")
         assert done["result"]["booked"] is True, done
         await chat.next("conversation_state", timeout, phase="done")
         stats.completed += 1
@@ -185,7 +188,7 @@ async def main() -> None:
     )
     rows = [
         ["answer pick_flight → pick_seat form", flight["n"], flight["p50"], flight["p99"], flight["max"]],
-        ["answer pick_seat → tool completed", seat["n"], seat["p50"], seat["p99"], seat["max"]],
+        ["answer pick_seat → review form", seat["n"], seat["p50"], seat["p99"], seat["max"]],
         ["user message → pick_flight form", first["n"], first["p50"], first["p99"], first["max"]],
     ]  # fmt: skip
     rate = args.chats / args.spread if args.spread else float("inf")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -12,6 +13,7 @@ from django.contrib.sessions.backends.db import SessionStore
 
 from chatbridge.asgi import application
 from chatbridge.chat.models import Conversation
+from tests.chat_http import TEST_CARD
 
 # A page of the site itself: the Origin is the same host and port as the Host the socket asks.
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -90,6 +92,19 @@ class ChatClient:
             }
         )
 
+    async def review_and_pay(
+        self, review: dict[str, Any] | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """book_flight after the seat: confirm the review (``review``, when the test already
+        took its event), pay on the page behind the link (in this process, as a browser tab
+        would); the payment question's event."""
+        if review is None:
+            review = await self.next("elicit", timeout, key="review")
+        await self.answer(review, confirm=True)
+        payment = await self.next("elicit", timeout, key="payment")
+        await pay_on_page(payment["url"])
+        return payment
+
     async def turn_done(self, timeout: float = 15.0) -> dict[str, Any]:
         return await self.next("conversation_state", timeout, phase="done")
 
@@ -106,3 +121,14 @@ async def html_socket() -> WebsocketCommunicator:
     connected, code = await socket.connect(timeout=10)
     assert connected, f"socket refused with code {code}"
     return socket
+
+
+async def pay_on_page(url: str) -> None:
+    """Fill book_flight's payment page at ``url`` with a test card (in this process)."""
+    from django.test import AsyncClient
+
+    path = urlsplit(url).path
+    client = AsyncClient()
+    assert (await client.get(path)).status_code == 200
+    done = await client.post(path, TEST_CARD)
+    assert done.status_code == 200, done.content.decode()[:500]

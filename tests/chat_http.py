@@ -4,9 +4,45 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+
+# book_flight's payment page takes test cards only; this one is Visa's.
+TEST_CARD = {"name": "Ada Lovelace", "number": "4242424242424242", "expiry": "12/39", "cvc": "123"}
+_CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+
+
+async def pay_over_http(
+    http: aiohttp.ClientSession, url: str, card: dict[str, str] = TEST_CARD
+) -> str:
+    """Fill book_flight's payment page at ``url`` (a URL question's link) on a real server as
+    a browser tab would: GET the form, POST the card with the CSRF token of the form and its
+    cookie. The done page's text."""
+    async with http.get(url) as page:
+        assert page.status == 200, (await page.text())[:500]
+        html = await page.text()
+        cookie = page.cookies["csrftoken"].value
+    field = _CSRF_FIELD.search(html)
+    assert field is not None, "the payment page has no CSRF token"
+    async with http.post(
+        url,
+        data={**card, "csrfmiddlewaretoken": field[1]},
+        headers={"Cookie": f"csrftoken={cookie}"},
+    ) as done:
+        text = await done.text()
+        assert done.status == 200, text[:500]
+    return text
+
+
+def on_server(url: str, base: str | None) -> str:
+    """``url`` with its scheme and host replaced by ``base``'s (when given)."""
+    if base is None:
+        return url
+    parts, server = urlsplit(url), urlsplit(base)
+    return urlunsplit((server.scheme, server.netloc, parts.path, parts.query, ""))
 
 
 class RemoteChat:
@@ -62,6 +98,19 @@ class RemoteChat:
                 "content": content,
             }
         )
+
+    async def review_and_pay(
+        self, timeout: float = 20.0, *, base: str | None = None
+    ) -> dict[str, Any]:
+        """book_flight after the seat: confirm the review, then pay on the page behind the
+        payment question's link (over HTTP); its event. The link names the server the call
+        started on; ``base`` sends the browser to another one (that one died, say), as a site
+        behind one public address would."""
+        review = await self.next("elicit", timeout, key="review")
+        await self.answer(review, confirm=True)
+        payment = await self.next("elicit", timeout, key="payment")
+        await pay_over_http(self.http, on_server(payment["url"], base))
+        return payment
 
     async def close(self) -> None:
         if self.socket is not None:

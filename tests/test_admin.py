@@ -142,6 +142,7 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
         (r, s) for r in range(1, 31) for s in "ABCDEF" if f"{r}{s}" not in taken
     )
     await chat.answer(again, row=row_number, seat=letter)
+    await chat.review_and_pay()
     result = (await chat.next("tool_call", status="completed"))["result"]
     await chat.turn_done()
 
@@ -151,8 +152,10 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
     assert [(r.seq, r.kind, r.key) for r in records] == [
         (1, "elicit", "pick_flight"),
         (2, "elicit", "pick_seat"),
-        (3, "sample", "sample"),
-        (4, "step", "issue_ticket"),
+        (3, "elicit", "review"),
+        (4, "elicit", "payment"),
+        (5, "sample", "sample"),
+        (6, "step", "issue_ticket"),
     ]
     seat_record = records[1]
     assert seat_record.rejected[0]["data"] == {"row": "twelve", "seat": "C"}
@@ -167,10 +170,10 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
         seat_record.request["key"] == "pick_seat" and "seat_map" in seat_record.request["context"]
     )
     assert seat_record.latency_seconds is not None and seat_record.latency_seconds >= 0
-    assert records[3].result == {"value": result["ticket"]}
+    assert records[5].result == {"value": result["ticket"]}
     # The table holds the whole journal, in order: what a replay starts from.
     journal = await sync_to_async(session.journal_entries)()
-    assert [e["kind"] for e in journal] == ["elicit", "elicit", "sample", "step"]
+    assert [e["kind"] for e in journal] == ["elicit"] * 4 + ["sample", "step"]
 
     staff = await login(staff=True)
     page = await change_page(staff, session.id)

@@ -49,6 +49,31 @@ def first_free(flight_id: str) -> str:
     return seat
 
 
+TEST_CARD_TYPED = "4242 4242 4242 4242"  # Visa's test number, as a person types it
+
+
+async def fill_payment(tab: Page, number: str = TEST_CARD_TYPED) -> None:
+    """Fill book_flight's payment page (a URL question's page) in ``tab`` and pay."""
+    await tab.get_by_label("Name on card").fill("Ada Lovelace")
+    await tab.get_by_label("Card number").fill(number)
+    await tab.get_by_label("Expiry (MM/YY)").fill("12/39")
+    await tab.get_by_label("Security code").fill("123")
+    await tab.get_by_role("button", name=re.compile(r"^Pay")).click()
+
+
+async def review_and_pay(page: Page) -> None:
+    """After the seat: confirm the review, then pay on the page the payment card links to, in
+    the new tab it opens (closed once paid: the chat goes on by itself)."""
+    await page.get_by_role("button", name="Confirm and pay").click(timeout=15000)
+    link = page.get_by_role("link", name=re.compile(r"^Continue to secure payment on "))
+    async with page.context.expect_page() as opened:
+        await link.click(timeout=15000)
+    tab = await opened.value
+    await fill_payment(tab)
+    await expect(tab.get_by_role("status")).to_contain_text("card ending in 4242")
+    await tab.close()
+
+
 async def expect_confirmation(page: Page, seat: str) -> str:
     confirmation = page.get_by_role("region", name="Booking confirmed")
     await expect(confirmation).to_be_visible(timeout=15000)
@@ -84,6 +109,7 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     await expect(page.locator(".exit-row").first).to_contain_text("Exit")
     await expect(page.locator("progress").first).to_be_visible()
     await free.click()
+    await review_and_pay(page)
     await expect_confirmation(page, seat)
     await expect(page.locator(".status-completed")).to_have_text("Done")
 
@@ -98,6 +124,7 @@ async def test_reloading_in_the_middle_and_finishing(browser: Browser, server: s
     await page.reload()
     seat = first_free(flight_id)
     await page.get_by_role("button", name=seat, exact=True).click(timeout=15000)
+    await review_and_pay(page)
     await expect_confirmation(page, seat)
 
 
@@ -114,6 +141,7 @@ async def test_a_taken_seat_shows_an_inline_error(browser: Browser, server: str)
     await expect(alert).to_be_visible(timeout=15000)
     seat = first_free(flight_id)
     await page.get_by_role("button", name=seat, exact=True).click()
+    await review_and_pay(page)
     await expect_confirmation(page, seat)
 
 
@@ -157,6 +185,7 @@ async def test_screenshots_of_pickers_and_confirmation(
     await snap("seat-picker")
     seat = first_free(flight_id)
     await page.get_by_role("button", name=seat, exact=True).click()
+    await review_and_pay(page)
     await expect_confirmation(page, seat)
     await snap("confirmation")
     background = await page.evaluate("getComputedStyle(document.body).backgroundColor")

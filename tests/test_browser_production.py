@@ -11,6 +11,7 @@ from tests.test_browser import (
     first_free,
     open_chat,
     pick_first_flight,
+    review_and_pay,
 )
 
 
@@ -32,6 +33,7 @@ async def test_a_booking_works_in_the_browser_on_the_production_server(
     flight_id = await pick_first_flight(chat)
     seat = first_free(flight_id)
     await chat.get_by_role("button", name=seat, exact=True).click()
+    await review_and_pay(chat)
     await expect_confirmation(chat, seat)
     assert "?" not in chat.url  # the composer never fell back to a GET form
     assert failed == []

@@ -6,7 +6,7 @@ import re
 
 from playwright.async_api import Browser, expect
 
-from tests.test_browser import ARTIFACTS, open_chat
+from tests.test_browser import ARTIFACTS, open_chat, review_and_pay
 
 
 async def send(page, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -42,6 +42,7 @@ async def test_two_tools_waiting_at_once_are_both_answerable(browser: Browser, s
     await cards.first.click()
     await expect(page.locator(".result-text")).to_contain_text("You picked the", timeout=15000)
     await page.locator("button.seat:not([disabled])").first.click()
+    await review_and_pay(page)
     await expect(page.get_by_role("region", name="Booking confirmed")).to_be_visible(timeout=15000)
 
 

@@ -73,8 +73,10 @@ async def test_full_booking_over_the_json_protocol(chat: ChatClient) -> None:
     seats = await chat.next("elicit", key="pick_seat")
     row, letter = free_seat(seats)
     await chat.answer(seats, row=row, seat=letter)
+    await chat.review_and_pay()
     result = (await chat.next("tool_call", status="completed"))["result"]
     assert result["booked"] is True and result["seat"] == f"{row}{letter}"
+    assert result["paid"] == {"last4": "4242"}
     assert result["ticket"].startswith("CB-")
     summary = await chat.next("assistant_message")
     assert result["ticket"] in summary["content"]
@@ -92,10 +94,12 @@ async def test_an_invalid_row_is_rerendered_and_never_reaches_the_tool(chat: Cha
     assert "Input should be a valid integer" in again["html"]
     row, letter = free_seat(seats)
     await chat.answer(again, row=row, seat=letter)
-    result = (await chat.next("tool_call", status="completed"))["result"]
-    assert result["seat"] == f"{row}{letter}"
+    review = await chat.next("elicit", key="review")
     completes = [e for e in chat.events if e["type"] == "elicit_complete"]
     assert completes[-1]["content"] == {"row": row, "seat": letter}  # only the valid answer went on
+    await chat.review_and_pay(review)
+    result = (await chat.next("tool_call", status="completed"))["result"]
+    assert result["seat"] == f"{row}{letter}"
 
 
 async def test_a_taken_seat_is_refused(chat: ChatClient) -> None:
@@ -152,6 +156,7 @@ async def test_reconnecting_mid_flow_shows_the_form_again_and_answering_finishes
     seats = await again.next("elicit", key="pick_seat")
     row, letter = free_seat(seats)
     await again.answer(seats, row=row, seat=letter)
+    await again.review_and_pay()
     assert (await again.next("tool_call", status="completed"))["result"]["booked"] is True
     await again.close()
     chat.socket = again.socket  # the fixture closes it again harmlessly
@@ -335,6 +340,7 @@ async def test_numbers_out_of_range_are_refused_like_nan(chat: ChatClient) -> No
 
     row, letter = free_seat(seats)
     await chat.answer(seats, row=row, seat=letter)
+    await chat.review_and_pay()
     assert (await chat.next("tool_call", status="completed"))["result"]["booked"] is True
 
 

@@ -34,6 +34,7 @@ async def book(http: aiohttp.ClientSession, base: str) -> RemoteChat:
     seats = await chat.next("elicit", timeout=120, key="pick_seat")
     label = seat_map_for(flight_id).first_free()
     await chat.answer(seats, seat_label=label)
+    await chat.review_and_pay(timeout=120)
     done = await chat.next("tool_call", timeout=120, status="completed")
     assert done["result"]["booked"] is True
     reply = await chat.next("assistant_message", timeout=120)

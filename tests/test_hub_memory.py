@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import secrets
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -14,10 +15,12 @@ import pytest
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.core.conversation import LiveConversation
 from chatbridge.core.engine import ChatHub
+from chatbridge.core.links import MemoryUrlLinks
 from chatbridge.core.protocol import ChatEvent, ElicitForm, ElicitResponseCommand, ToolCallEvent
 from chatbridge.core.sampling import LiteLLMSampler
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
+from plugins.book_flight.tool import PaymentDone
 
 CONVERSATIONS = 1000
 AT_ONCE = 50
@@ -63,13 +66,14 @@ class Inboxes:
 
 
 @pytest.fixture
-async def hub() -> AsyncIterator[tuple[ChatHub, SessionManager, Inboxes]]:
+async def hub() -> AsyncIterator[tuple[ChatHub, SessionManager, Inboxes, MemoryUrlLinks]]:
     inboxes = Inboxes()
 
     def render(request: Any, template: str, context: Any, errors: Any, *, session_id: str) -> str:
         return ""
 
-    manager = SessionManager(sampler=LiteLLMSampler("offline/memory"))
+    links = MemoryUrlLinks()  # book_flight's payment question has a link; its page is played
+    manager = SessionManager(sampler=LiteLLMSampler("offline/memory"), url_links=links)
     chat = ChatHub(
         registry=PluginRegistry([book_flight_plugin]),
         manager=manager,
@@ -78,7 +82,7 @@ async def hub() -> AsyncIterator[tuple[ChatHub, SessionManager, Inboxes]]:
         render_form=render,
         model="offline/memory",
     )
-    yield chat, manager, inboxes
+    yield chat, manager, inboxes, links
     await chat.close()
     await manager.shutdown()
 
@@ -93,6 +97,15 @@ def answer(form: ElicitForm, **content: Any) -> ElicitResponseCommand:
     )
 
 
+async def pay(links: MemoryUrlLinks, url: str | None, manager: SessionManager) -> None:
+    """What book_flight's payment page does once a test card went through: report a token and
+    the last four digits for the question behind ``url``."""
+    assert url is not None
+    token = url.rstrip("/").rsplit("/", 1)[-1]
+    paid = PaymentDone(payment_token=secrets.token_urlsafe(24), last4="4242")
+    await links.complete(token, paid, manager)
+
+
 def runtimes_alive(prefix: str) -> int:
     """Conversation states of this test's conversations still in memory (other tests of the
     process may leave theirs to the garbage collector)."""
@@ -103,7 +116,7 @@ def runtimes_alive(prefix: str) -> int:
 
 
 async def test_viewing_conversations_keeps_nothing(hub: Any) -> None:
-    chat, _, _ = hub
+    chat, _, _, _ = hub
     for n in range(CONVERSATIONS):
         conversation_id = f"viewed-{n}"
         state = chat.state(conversation_id)
@@ -117,7 +130,7 @@ async def test_viewing_conversations_keeps_nothing(hub: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_a_thousand_bookings_leave_the_hub_holding_nothing(hub: Any) -> None:
-    chat, manager, inboxes = hub
+    chat, manager, inboxes, links = hub
     tickets: list[str] = []
 
     async def book(conversation_id: str) -> None:
@@ -129,6 +142,10 @@ async def test_a_thousand_bookings_leave_the_hub_holding_nothing(hub: Any) -> No
         seats = await inboxes.next(conversation_id, "elicit", key="pick_seat")
         label = seat_map_for(flight_id).first_free()
         await chat.elicit_response(conversation_id, answer(seats, seat_label=label))
+        review = await inboxes.next(conversation_id, "elicit", key="review")
+        await chat.elicit_response(conversation_id, answer(review, confirm=True))
+        payment = await inboxes.next(conversation_id, "elicit", key="payment")
+        await pay(links, payment.url, manager)
         done: ToolCallEvent = await inboxes.next(conversation_id, "tool_call", status="completed")
         assert done.result is not None and done.result["booked"] is True
         tickets.append(done.result["ticket"])

@@ -72,10 +72,12 @@ async def open_question(chat: RemoteChat, state: str) -> dict[str, Any]:
     return await chat.next("elicit", key="color")  # its form opens the guest UI
 
 
-async def finish(chat: RemoteChat, form: dict[str, Any]) -> dict[str, Any]:
+async def finish(chat: RemoteChat, form: dict[str, Any], base: str) -> dict[str, Any]:
+    """Answer ``form`` and what follows on the server at ``base`` until the call completes."""
     if form["key"] == "pick_seat":
         label = seat_map_for(form["context"]["seat_map"]["flight_id"]).first_free()
         await chat.answer(form, seat_label=label)
+        await chat.review_and_pay(base=base)  # the link names the server that stopped
     else:
         await chat.answer(form, color="#12ab34", name="Moss")
     return await chat.next("tool_call", status="completed")
@@ -188,7 +190,7 @@ async def sigterm_and_restart(kind: str, state: str, tmp_path: Path) -> None:
             await chat.connect(again)
             shown = await chat.next("elicit", key=form["key"])
             assert shown["elicit_id"] == form["elicit_id"]
-            done = await finish(chat, shown)
+            done = await finish(chat, shown, again)
             assert done["call_id"] == form["call_id"]
             await chat.next("assistant_message")
             if chat.socket is not None:

@@ -168,6 +168,7 @@ async def test_fuzzed_answers_never_reach_the_tool() -> None:
     assert len(record.rejected) == len(json_ok)  # each refused answer is on record
     label = seat_map_for(flight_id).first_free()
     await chat.answer(form, seat_label=label)
+    await chat.review_and_pay()
     done = await chat.next("tool_call", status="completed")
     assert done["result"]["seat"] == label
     report("fuzzed answers", sent=len(invalid), rejected=len(record.rejected), **dict(tally))

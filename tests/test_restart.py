@@ -45,6 +45,7 @@ async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path
             label = seat_map_for(flight_id).first_free()
             assert label is not None
             await chat.answer(again, seat_label=label)
+            await chat.review_and_pay()
             done = await chat.next("tool_call", status="completed")
             assert done["result"]["booked"] is True and done["result"]["seat"] == label
             await chat.next("assistant_message")
@@ -66,7 +67,7 @@ async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path
         ).fetchall()
     assert (status, resumes) == ("completed", 1)
     assert second is not None and worker.endswith(f":{second.pid}")
-    assert [kind for kind, _ in journal] == ["elicit", "elicit", "sample", "step"]
+    assert [kind for kind, _ in journal] == ["elicit"] * 4 + ["sample", "step"]
     [ticket] = [result for kind, result in journal if kind == "step"]  # issued once
     assert done["result"]["ticket"] in ticket
 
@@ -104,6 +105,7 @@ async def test_an_answer_resent_right_after_a_restart_is_delivered_not_busy(
             await asyncio.gather(
                 chat.answer(seats, seat_label=label), tab.answer(seats, seat_label=label)
             )
+            await chat.review_and_pay()
             done = await chat.next("tool_call", status="completed")
             assert done["result"]["seat"] == label
             await chat.next("assistant_message")

@@ -130,6 +130,7 @@ async def test_two_workers_route_answers_take_over_and_show_each_others_sessions
             label = seat_map_for(flight_id).first_free()
             assert label is not None
             await on_b.answer(seats, seat_label=label)  # nobody answers for A: B takes over
+            await on_b.review_and_pay(timeout=30, base=base_b)
             done = await on_b.next("tool_call", status="completed", timeout=30)
             assert done["result"]["booked"] is True and done["result"]["seat"] == label
 

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.test import AsyncClient
 from django.utils import timezone
+from django.views.debug import ExceptionReporter
 
 from chatbridge.chat.models import ElicitLink
 from chatbridge.chat.writer import flush
@@ -143,3 +144,15 @@ async def test_a_forged_accept_from_the_chat_is_refused(chat: ChatClient) -> Non
     again = await chat.next("elicit", key="payment")
     assert again["errors"] == {"__all__": ["Open the link to answer this question on its page."]}
     assert again["url"] == form["url"]
+
+
+async def test_error_reports_never_show_the_card(chat: ChatClient) -> None:
+    """Django's error reports (mailed to admins, logged) list a request's POST: a URL
+    question's page hides all of it, whatever the plugin's field names."""
+    form = await to_payment(chat)
+    done = await AsyncClient().post(page_of(form), PAYMENT)
+    assert done.status_code == 200
+    report = ExceptionReporter(done.asgi_request, None, None, None).get_traceback_text()
+    assert "number" in report  # the field is listed, its value is not
+    for secret in ("5555 5555 5555 4444", CARD, "Ada Lovelace"):
+        assert secret not in report

@@ -19,13 +19,14 @@ from chatbridge import PluginRegistry, SessionManager
 from chatbridge.chat.broadcast import conversation_group, publish
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.engine import BUSY_ELSEWHERE, ChatHub
+from chatbridge.core.links import MemoryUrlLinks
 from chatbridge.core.protocol import ElicitResponseCommand
 from chatbridge.core.sampling import LiteLLMSampler
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.chat_http import RemoteChat
 from tests.servers import free_port, start_daphne, stop, wait_for_port
-from tests.test_hub_memory import Inboxes, MemoryStore
+from tests.test_hub_memory import Inboxes, MemoryStore, pay
 
 BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
 
@@ -105,7 +106,8 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
                 return dict(event)
 
     store = MemoryStore()
-    manager = SessionManager(sampler=LiteLLMSampler("offline/faults"))
+    links = MemoryUrlLinks()
+    manager = SessionManager(sampler=LiteLLMSampler("offline/faults"), url_links=links)
     hub = ChatHub(
         registry=PluginRegistry([book_flight_plugin]),
         manager=manager,
@@ -121,9 +123,12 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
         await hub.elicit_response("conv", answer(flights, flight_id=flight_id))
         seats = await next_form("pick_seat")
         label = seat_map_for(flight_id).first_free()
+        await hub.elicit_response("conv", answer(seats, seat_label=label))
+        await hub.elicit_response("conv", answer(await next_form("review"), confirm=True))
+        payment = await next_form("payment")
 
         redis_layer.kill()  # every event from now on fails to publish
-        await hub.elicit_response("conv", answer(seats, seat_label=label))
+        await pay(links, payment["url"], manager)  # the page reports: the call goes on
         await asyncio.wait_for(hub.wait_idle("conv"), 30)
     finally:
         await hub.close()
@@ -158,7 +163,9 @@ class TakeoverStore(MemoryStore):
 def book_flight_hub(store: Any, inboxes: Inboxes) -> ChatHub:
     return ChatHub(
         registry=PluginRegistry([book_flight_plugin]),
-        manager=SessionManager(sampler=LiteLLMSampler("offline/faults")),
+        manager=SessionManager(
+            sampler=LiteLLMSampler("offline/faults"), url_links=MemoryUrlLinks()
+        ),
         store=store,
         sink=inboxes.sink,
         render_form=lambda *a, **k: "",
@@ -199,6 +206,11 @@ async def test_an_answer_arriving_while_its_call_is_being_resumed_is_delivered()
         store.gate.set()
         assert await reconnect is True
         await asyncio.wait_for(resent, 20)  # delivered: not refused as BUSY
+        review = await inboxes.next("conv", "elicit", key="review")
+        await hub.elicit_response("conv", answer(review.model_dump(), confirm=True))
+        payment = await inboxes.next("conv", "elicit", key="payment")
+        assert isinstance(hub.manager.url_links, MemoryUrlLinks)
+        await pay(hub.manager.url_links, payment.url, hub.manager)
         done = await inboxes.next("conv", "tool_call", status="completed")
         assert done.result is not None and done.result["seat"] == label
         await asyncio.wait_for(hub.wait_idle("conv"), 20)
@@ -511,6 +523,7 @@ async def test_redis_restarted_under_two_workers_loses_no_answer_and_books_once(
             await wait_connect(on_b, base_b)
             label = seat_map_for(flight_id).first_free()
             await on_b.answer(seats, seat_label=label)
+            await on_b.review_and_pay(timeout=40, base=base_b)
             done = await on_b.next("tool_call", status="completed", timeout=40)
             assert (done["result"]["booked"], done["result"]["seat"]) == (True, label)
             reply = await on_b.next("assistant_message", timeout=20)

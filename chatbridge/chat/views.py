@@ -17,6 +17,7 @@ from django.http import (
 )
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
 
 from chatbridge.chat import links
@@ -146,9 +147,11 @@ def _link_refused(request: HttpRequest, exc: LinkUnusable) -> HttpResponse:
     return render(request, "chatbridge/link_refused.html", {"reason": str(exc)}, status=status)
 
 
+@sensitive_post_parameters()  # what such a page takes is why it is not in the chat
 async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
-    the question's one-time link; unknown, expired and used links get a page saying so."""
+    the question's one-time link; unknown, expired and used links get a page saying so.
+    Django's error reports (logged, mailed) show none of its POST values."""
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
     try:
@@ -173,7 +176,9 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
             except LinkUnusable as exc:  # used or expired while the page was open
                 response = _link_refused(request, exc)
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"
+    # The token is in the path: no other site sees it as a referrer. Not "no-referrer": a
+    # browser then posts the page's form with "Origin: null", which CSRF checking refuses.
+    response["Referrer-Policy"] = "same-origin"
     response["X-Frame-Options"] = "DENY"
     response.setdefault("Content-Security-Policy", LINK_CSP)
     return response
