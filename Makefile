@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser migrate static lint typecheck pytest pytest-fast fuzz bench clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest pytest-fast fuzz bench clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -51,14 +51,27 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is missing: install it (apt-get install chromium) to run the browser tests" >&2; fi; }
 
-pytest: setup browser
+# The MCP clients nobody here wrote (tests/clients/package.json, pinned by its lock, Node 22
+# included), installed from npm's cache when the lock changed. Without npm the tests that need
+# them fail and say why; the rest of the suite still runs.
+CLIENTS := tests/clients
+CLIENTS_STAMP := $(CLIENTS)/node_modules/.installed
+
+$(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd $(CLIENTS) && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "npm is missing: the independent MCP client tests will fail (install node and npm)" >&2; fi
+
+npm-clients: $(CLIENTS_STAMP)
+
+pytest: setup browser npm-clients
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 test: lint typecheck pytest
 
 # The inner loop: everything but the slow tests.
-pytest-fast: setup browser
+pytest-fast: setup browser npm-clients
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
@@ -66,4 +79,4 @@ fuzz: setup
 	CHATBRIDGE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/test_reliability.py -k fuzzed -p no:cacheprovider --timeout 3600
 
 clean:
-	rm -rf $(VENV) db.sqlite3 test-db.sqlite3 staticfiles .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CLIENTS)/node_modules db.sqlite3 test-db.sqlite3 staticfiles .mypy_cache .ruff_cache .pytest_cache

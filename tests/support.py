@@ -127,3 +127,16 @@ def _hostile_plugin() -> Any:
 
 
 hostile_plugin = _hostile_plugin()
+
+
+def _trip_plugin() -> Any:
+    """plan_trip as a plugin, for servers that serve it (tests/tasks_settings.py); over MCP
+    its questions go to the client, so the chat handlers only decline."""
+    from chatbridge import make_plugin
+
+    return (
+        make_plugin(trip_tool).on_elicit(pick_hotel=_answer, confirm=_answer, rate=_answer).build()
+    )
+
+
+trip_plugin = _trip_plugin()

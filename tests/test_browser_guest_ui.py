@@ -77,8 +77,9 @@ async def test_presets_decline_and_cancel(browser: Browser, server: str) -> None
 async def test_messages_from_other_windows_are_ignored(browser: Browser, server: str) -> None:
     page = await open_picker(browser, server)
     await page.evaluate(
-        """window.postMessage({jsonrpc: "2.0", method: "ui/submit-elicitation",
-             params: {action: "accept", content: {color: "#000000"}}}, "*")"""
+        """window.postMessage({jsonrpc: "2.0", id: 1, method: "tools/call",
+             params: {name: "_ui_answer",
+                      arguments: {action: "accept", content: {color: "#000000"}}}}, "*")"""
     )
     await page.wait_for_timeout(1000)
     await expect(tool_status(page)).to_have_text("Running")

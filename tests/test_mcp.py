@@ -88,7 +88,15 @@ class Person:
 async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> None:
     async with Client(f"{server}/mcp", mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"book_flight", "pick_card", "send_feedback", "choose_color", "_respond"}
+    assert set(tools) == {
+        "book_flight",
+        "pick_card",
+        "send_feedback",
+        "choose_color",
+        "_respond",
+        "_ui_question",
+        "_ui_answer",
+    }
     assert tools["book_flight"].input_schema["required"] == ["origin", "destination"]
     assert tools["book_flight"].description.startswith("Book a flight for the user")
     assert tools["_respond"].input_schema["required"] == ["request_id", "payload"]
@@ -403,14 +411,65 @@ async def test_guest_uis_are_mcp_app_resources_linked_from_their_tools(server: s
         tools = {t.name: t for t in (await client.list_tools()).tools}
         resources = (await client.list_resources()).resources
         read = await client.read_resource("ui://color-picker")
-    assert tools["choose_color"].meta == {"ui": {"resourceUri": "ui://color-picker"}}
+    assert tools["choose_color"].meta == {
+        "ui": {"resourceUri": "ui://color-picker", "visibility": ["model", "app"]}
+    }
+    for app_only in ("_ui_question", "_ui_answer"):  # hosts hide them from the model
+        assert tools[app_only].meta == {
+            "ui": {"resourceUri": "ui://color-picker", "visibility": ["app"]}
+        }
     assert tools["book_flight"].meta is None or "ui" not in tools["book_flight"].meta
-    assert [(str(r.uri), r.mime_type) for r in resources] == [
-        ("ui://color-picker", "text/html;profile=mcp-app")
+    ui_meta = {"ui": {"csp": {}, "prefersBorder": True}}
+    assert [(str(r.uri), r.mime_type, r.meta) for r in resources] == [
+        ("ui://color-picker", "text/html;profile=mcp-app", ui_meta)
     ]
     [page] = read.contents
-    assert page.mime_type == "text/html;profile=mcp-app"
-    assert "ui/submit-elicitation" in page.text and "Custom colour (hex)" in page.text
+    assert page.mime_type == "text/html;profile=mcp-app" and page.meta == ui_meta
+    assert '"ui/initialize"' in page.text and "Custom colour (hex)" in page.text
+    assert "<script src" not in page.text and "<link" not in page.text  # self-contained
+
+
+async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: str) -> None:
+    """Form-only clients see the default colour and theme; an app reads and answers the
+    question through the app-only tools, and a refused answer is an error result."""
+    notes: list[dict[str, Any]] = []
+    asked = asyncio.Event()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            notes.append(params.data)
+            asked.set()
+
+    async with Client(f"{server}/mcp", mode="legacy", logging_callback=on_log) as client:
+        call = asyncio.create_task(
+            client.call_tool("choose_color", {"default_color": "#A855F7", "theme": "dark"})
+        )
+        await asyncio.wait_for(asked.wait(), 15)
+        assert notes[0]["context"] == {"default_color": "#A855F7", "theme": "dark"}
+        question = await client.call_tool("_ui_question", {})
+        assert question.structured_content == {
+            "message": "Please select a color for your theme",
+            "key": "color",
+            "schema": notes[0]["schema"],
+            "context": {"default_color": "#A855F7", "theme": "dark"},
+            "error": None,
+        }
+        refused = await client.call_tool(
+            "_ui_answer", {"action": "accept", "content": {"color": "#zzz"}}
+        )
+        assert refused.is_error
+        assert refused.content[0].text.startswith("Your previous answer was not accepted: color:")
+        again = await client.call_tool("_ui_question", {})
+        assert again.structured_content["error"] == refused.content[0].text
+        taken = await client.call_tool(
+            "_ui_answer", {"action": "accept", "content": {"color": "#12AB34", "name": "Moss"}}
+        )
+        assert not taken.is_error
+        result = await call
+        none_left = await client.call_tool("_ui_answer", {"action": "cancel"})
+    assert result.structured_content == {"chosen": True, "color": "#12ab34", "name": "Moss"}
+    assert none_left.is_error
+    assert none_left.content[0].text == "There is no open question for this app to answer."
 
 
 def test_foreign_origins_are_refused(server: str) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "deliver_page_answer",
     "ensure_listener",
     "query_workers",
+    "route_task",
     "stop_listener",
     "worker_group",
 ]
@@ -185,6 +186,14 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
 
         _deliveries.add(task := asyncio.create_task(carry_out()))
         task.add_done_callback(_deliveries.discard)
+    elif message.get("type") == "workers.task":  # an MCP task held here (chatbridge.mcp.tasks)
+
+        async def serve_task() -> None:
+            reply = await current_runtime().mcp.bridge.tasks.serve_routed(message)
+            await layer.send(message["reply_to"], {"type": "workers.task_done", **reply})
+
+        _deliveries.add(task := asyncio.create_task(serve_task()))
+        task.add_done_callback(_deliveries.discard)
     elif message.get("type") == "workers.list":
         sessions = [
             {
@@ -305,6 +314,15 @@ async def _ask_worker(
         logger.warning("%s to %s failed: %s", what, worker, exc)
         return None
     return replies[0] if replies else None
+
+
+async def route_task(worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
+    """Have ``worker`` serve an MCP task request (get, update, cancel); its reply, or None."""
+    if worker == WORKER_ID or not worker:
+        return None
+    return await _ask_worker(
+        worker, {**message, "type": "workers.task"}, FORWARD_TIMEOUT, "routing a task request"
+    )
 
 
 class ChannelPeers:

@@ -59,9 +59,10 @@ async def guest_ui(request: ElicitRequest, ctx: PluginContext) -> ElicitResult[A
             f"{request.id}: guest_ui needs ctx.elicit(..., ui={{'uri': 'ui://…'}}); got ui={ui!r}"
         )
     schema = request.schema.json
+    guest_context = {**(ui.get("context") or {}), **request.context}
     submission = await ctx.render(
         GUEST_UI_TEMPLATE,
-        {"ui": ui, "mode": ui.get("mode", "inline"), "guest_context": ui.get("context") or {}},
+        {"ui": ui, "mode": ui.get("mode", "inline"), "guest_context": guest_context},
         prepare=_content,
         precheck=lambda data: schema_errors(schema, data),
     )

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.template.loader import render_to_string
 
 from chatbridge.chat.models import ToolSession
+from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
+from chatbridge.chat.store import DjangoStore, worker_alive
+from chatbridge.chat.workers import route_task
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.rounds import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
+from chatbridge.mcp.tasks import TRANSPORT, TaskRecord
 
-__all__ = ["DjangoCallStore", "build_mcp_endpoint", "state_key"]
+__all__ = ["DjangoCallStore", "DjangoTaskCluster", "build_mcp_endpoint", "state_key"]
 
 
 def state_key(secret: str) -> bytes:
@@ -40,6 +45,40 @@ class DjangoCallStore:
         return await sync_to_async(_load)(call_id)
 
 
+def _find_task(call_id: str) -> TaskRecord | None:
+    row = ToolSession.objects.filter(pk=call_id, transport=TRANSPORT).first()
+    if row is None:
+        return None
+    call = StoredCall(
+        row.tool_name,
+        row.arguments,
+        row.journal_entries(),
+        row.status,
+        row.result,
+        row.error,
+        row.aborted_by,
+    )
+    return TaskRecord(call, row.worker, row.created_at, row.updated_at, row.ended_at)
+
+
+class DjangoTaskCluster:
+    """Tasks on the database every worker shares, routed through the channel layer."""
+
+    worker = WORKER_ID
+
+    async def find(self, call_id: str) -> TaskRecord | None:
+        return await sync_to_async(_find_task)(call_id)
+
+    async def alive(self, worker: str) -> bool:
+        return await sync_to_async(worker_alive)(worker)
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        return await DjangoStore().claim(call_id, worker)
+
+    async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
+        return await route_task(worker, message)
+
+
 def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
     """The ``/mcp`` endpoint; its tool calls are sessions of ``manager``."""
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
@@ -53,6 +92,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
         store=DjangoCallStore(),
+        cluster=DjangoTaskCluster(),
     )
     return McpEndpoint(
         bridge,

@@ -30,6 +30,7 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp import apps
 from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
@@ -51,6 +52,7 @@ from chatbridge.mcp.rounds import (
     final_result,
     result_of,
 )
+from chatbridge.mcp.tasks import TaskCluster, Tasks, install
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
@@ -142,8 +144,10 @@ class McpBridge:
         render_ui: UiRenderer | None = None,
         *,
         store: CallStore | None = None,
+        cluster: TaskCluster | None = None,
     ) -> None:
-        """``manager`` runs every call; ``store`` finds persisted calls after a restart."""
+        """``manager`` runs every call; ``store`` finds persisted calls after a restart;
+        ``cluster`` lets tasks be served by any worker and survive a restart."""
         self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in registry}
         # Guest UIs (seed 004) as MCP Apps resources, linked from their tools' _meta.ui.
         self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in registry if p.ui_resources}
@@ -176,10 +180,23 @@ class McpBridge:
         # Registered after construction: the constructor's on_set_logging_level warns that
         # logging is deprecated on 2026-07-28, where the SDK refuses the method anyway.
         self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+        self.tasks = Tasks(
+            manager,
+            self.tools,
+            self.rounds,
+            settings.state_keys,
+            settings.state_ttl,
+            caller=_caller,
+            client=self._client,
+            cluster=cluster,
+        )
+        install(self.server, self.tasks, self._call_tool)
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
             return _RESPOND_SCHEMA
+        if name in apps.APP_TOOLS and self.ui_uris:
+            return apps.input_schema(name)
         tool = self.tools.get(name)
         return tool.parameters_schema if tool else None
 
@@ -194,7 +211,9 @@ class McpBridge:
                 annotations=types.ToolAnnotations(**_hint_fields(t.hints.declared()))
                 if t.hints.declared()
                 else None,
-                _meta={"ui": {"resourceUri": self.ui_of_tool[t.name]}}
+                _meta={
+                    "ui": {"resourceUri": self.ui_of_tool[t.name], "visibility": ["model", "app"]}
+                }
                 if t.name in self.ui_of_tool
                 else None,
             )
@@ -207,6 +226,8 @@ class McpBridge:
                 input_schema=_RESPOND_SCHEMA,
             )
         )
+        if self.ui_uris:  # the app-only tools through which a guest UI answers (mcp/apps.py)
+            listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
 
     async def _list_resources(
@@ -214,7 +235,12 @@ class McpBridge:
     ) -> types.ListResourcesResult:
         return types.ListResourcesResult(
             resources=[
-                types.Resource(uri=uri, name=uri.removeprefix("ui://"), mime_type=MCP_APP_MIME)
+                types.Resource(
+                    uri=uri,
+                    name=uri.removeprefix("ui://"),
+                    mime_type=MCP_APP_MIME,
+                    _meta={"ui": apps.RESOURCE_UI_META},
+                )
                 for uri in self.ui_uris
             ]
         )
@@ -231,7 +257,11 @@ class McpBridge:
             raise MCPError(code, f"No resource {uri!r}.", data={"uri": uri})
         html = self.render_ui(uri)
         return types.ReadResourceResult(
-            contents=[types.TextResourceContents(uri=uri, mime_type=MCP_APP_MIME, text=html)]
+            contents=[
+                types.TextResourceContents(
+                    uri=uri, mime_type=MCP_APP_MIME, text=html, _meta={"ui": apps.RESOURCE_UI_META}
+                )
+            ]
         )
 
     async def _call_tool(
@@ -239,6 +269,8 @@ class McpBridge:
     ) -> types.CallToolResult | types.InputRequiredResult:
         if params.name == RESPOND_TOOL:
             return await self._respond(ctx, params.arguments or {})
+        if params.name in apps.APP_TOOLS and self.ui_uris:
+            return await self._app_tool(ctx, params.name, params.arguments or {})
         tool = self.tools.get(params.name)
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}.")
@@ -276,6 +308,8 @@ class McpBridge:
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
             "origin": _origin(ctx),
+            "caller": _caller(ctx),
+            "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
         session = await self.manager.create(
             tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
@@ -352,6 +386,16 @@ class McpBridge:
             raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another tool.")
         responses = dict(params.input_responses or {})
         return await self.rounds.retry(tool, arguments, state, responses, channel, meta)
+
+    async def _app_tool(
+        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """``_ui_question``/``_ui_answer`` of a guest UI shown by an MCP Apps host."""
+        sessions = [self.manager.get(info.id) for info in self.manager.list_active()]
+        client, caller = self._client(ctx), _caller(ctx)
+        if name == apps.QUESTION_TOOL:
+            return apps.question(sessions, client, caller, arguments, self.flat)
+        return await apps.answer(sessions, client, caller, arguments)
 
     async def _respond(
         self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]

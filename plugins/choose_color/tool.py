@@ -1,4 +1,10 @@
-"""choose_color: the colour picker guest UI asks; the host validates; the tool gets a colour."""
+"""choose_color: the colour picker guest UI asks; the host validates; the tool gets a colour.
+
+The picker is an MCP App (``ui://color-picker``): it reads the default colour and theme from
+the call's arguments (``ui/notifications/tool-input``) and the question from the host. The same
+two values are the question's context, so form-only MCP clients see them too
+(``x-model-context``).
+"""
 
 from __future__ import annotations
 
@@ -29,11 +35,9 @@ async def run(params: ColorParams, ctx: ToolContext) -> dict[str, Any]:
     answer = await ctx.elicit(
         "color",
         message="Please select a color for your theme",
-        ui={
-            "uri": PICKER,
-            "mode": "modal",
-            "context": {"defaultColor": params.default_color, "theme": params.theme},
-        },
+        ui={"uri": PICKER, "mode": "modal"},
+        default_color=params.default_color,
+        theme=params.theme,
     )
     if not answer.accepted:
         return {"chosen": False, "reason": answer.action}

@@ -1,30 +1,52 @@
-/* ChatBridge guest-UI host (seed 004): talks to sandboxed guest iframes with postMessage.
- * Accepts messages only from the iframe of a live question; relays submissions to the server
- * through the question's form (the server validates them against the schema). */
+/* ChatBridge as an MCP Apps host (spec 2026-01-26) for guest UIs of delegated questions.
+ * Each .guest-ui card holds one sandboxed iframe (the View). Only messages whose source is the
+ * iframe of a live card are answered; everything else is ignored. JSON-RPC 2.0 over postMessage:
+ *   View → host: ui/initialize (→ hostContext: theme, toolInfo), ui/notifications/initialized,
+ *     tools/call _ui_question (→ the open question, the last refusal), tools/call _ui_answer
+ *     (relayed through the question's form: the server validates it and re-renders the card with
+ *     the reason, or closes the question), ping.
+ *   host → View: ui/notifications/tool-input (the call's arguments) after initialized.
+ * The server stays the authority: nothing here decides whether an answer is valid. */
 (function () {
   "use strict";
+
+  var PROTOCOL = "2026-01-26";
 
   function readJson(card, index) {
     var blocks = card.querySelectorAll('script[type="application/json"]');
     try { return JSON.parse(blocks[index].textContent); } catch (e) { return null; }
   }
 
-  function contextFor(card) {
+  function question(card) {
     var values = readJson(card, 4) || {};
     var submitted = null;
     if (values.__json__) { try { submitted = JSON.parse(values.__json__); } catch (e) { submitted = null; } }
     var errors = readJson(card, 3) || {};
     var schema = readJson(card, 1) || {};
     delete schema["x-model-context"];
+    var message = readJson(card, 0) || "";
+    var refused = Object.keys(errors).map(function (k) { return k + ": " + errors[k].join(" "); }).join("; ");
     return {
-      message: readJson(card, 0) || "",
-      schema: schema,
-      context: readJson(card, 2) || {},
-      errors: errors,
-      error: Object.keys(errors).length ? Object.keys(errors).map(function (k) {
-        return k + ": " + errors[k].join(" ");
-      }).join("; ") : null,
-      submitted: submitted
+      content: [{ type: "text", text: message }],
+      structuredContent: {
+        message: message,
+        schema: schema,
+        context: readJson(card, 2) || {},
+        error: refused || null,
+        submitted: submitted
+      }
+    };
+  }
+
+  function hostContext(card) {
+    var context = readJson(card, 2) || {};
+    return {
+      theme: context.theme === "dark" ? "dark" : "light",
+      displayMode: "inline",
+      availableDisplayModes: ["inline"],
+      platform: "web",
+      locale: navigator.language,
+      toolInfo: { id: card.dataset.call, tool: { name: card.dataset.tool, inputSchema: { type: "object" } } }
     };
   }
 
@@ -37,14 +59,51 @@
     if (reopen && dialog) { reopen.addEventListener("click", function () { if (!dialog.open) { dialog.showModal(); } }); }
   }
 
-  function relay(card, params) {
-    var action = ["accept", "decline", "cancel"].indexOf(params.action) >= 0 ? params.action : "cancel";
+  function relay(card, args) {
+    var action = ["accept", "decline", "cancel"].indexOf(args.action) >= 0 ? args.action : "cancel";
     var field = card.querySelector('input[name="__json__"]');
     var button = card.querySelector("button.guest-relay");
-    if (!field || !button) { return; }
-    field.value = JSON.stringify(params.content && typeof params.content === "object" ? params.content : {});
+    if (!field || !button) { return false; }
+    field.value = JSON.stringify(args.content && typeof args.content === "object" ? args.content : {});
     button.value = action;
     button.click();
+    return true;
+  }
+
+  function handle(card, frame, message) {
+    var view = frame.contentWindow;
+    function reply(result) { view.postMessage({ jsonrpc: "2.0", id: message.id, result: result }, "*"); }
+    function fail(code, text) { view.postMessage({ jsonrpc: "2.0", id: message.id, error: { code: code, message: text } }, "*"); }
+    var params = message.params || {};
+    switch (message.method) {
+      case "ui/initialize":
+        reply({
+          protocolVersion: PROTOCOL,
+          hostInfo: { name: "ChatBridge", version: "1.0.0" },
+          hostCapabilities: { serverTools: {} },
+          hostContext: hostContext(card)
+        });
+        return;
+      case "ui/notifications/initialized":
+        view.postMessage({
+          jsonrpc: "2.0", method: "ui/notifications/tool-input", params: { arguments: readJson(card, 5) || {} }
+        }, "*");
+        return;
+      case "ping":
+        reply({});
+        return;
+      case "tools/call":
+        if (params.name === "_ui_question") { reply(question(card)); return; }
+        if (params.name === "_ui_answer") {
+          /* No reply: the server answers by re-rendering the card (refused) or closing it. */
+          if (!relay(card, params.arguments || {})) { fail(-32603, "The question is closed."); }
+          return;
+        }
+        fail(-32601, "This host offers the app no tool " + JSON.stringify(params.name) + ".");
+        return;
+      default:
+        if (message.id !== undefined && message.method) { fail(-32601, "Method not found"); }
+    }
   }
 
   window.addEventListener("message", function (event) {
@@ -52,14 +111,9 @@
     for (var i = 0; i < cards.length; i++) {
       var frame = cards[i].querySelector("iframe.guest-frame");
       if (!frame || event.source !== frame.contentWindow) { continue; }
-      var message = event.data || {};
-      var method = message.method || message.type;
-      if (method === "ui-lifecycle-iframe-ready") {
-        frame.contentWindow.postMessage({
-          jsonrpc: "2.0", method: "ui/notifications/elicitation-context", params: contextFor(cards[i])
-        }, "*");
-      } else if (method === "ui/submit-elicitation") {
-        relay(cards[i], message.params || {});
+      var message = event.data;
+      if (message && message.jsonrpc === "2.0" && typeof message.method === "string") {
+        handle(cards[i], frame, message);
       }
       return;
     }

@@ -1,0 +1,548 @@
+"""The 2026-07-28 Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663) over durable
+sessions (DESIGN §9).
+
+A task is a ``PluginSession`` like any MCP call: a ``ToolSession`` row (transport
+``mcp-task``) and a persisted journal. Its id is the call id: random, and bound to the caller by
+a MAC of the Authorization digest (keyed like ``requestState``), so it is unguessable, useless to
+anyone else, and checked by any worker without a lookup.
+
+- ``tools/call`` from a 2026-07-28 client that declares the extension (and elicitation) for a
+  tool that asks questions: the session starts and the call returns a ``CreateTaskResult`` at
+  once (after a short wait for its first question). Tools that ask nothing answer as before.
+- ``tasks/get``: working, input_required with the open question as MRTR ``inputRequests``,
+  completed with the ``CallToolResult`` (tool errors are results, ``isError``), or cancelled.
+- ``tasks/update``: answers the open question; the session validates it. A refused answer keeps
+  the task ``input_required``: the question comes back under a new key (keys are never reused,
+  spec) with the errors in its message. Keys that are not open are ignored (spec: SHOULD).
+- ``tasks/cancel``: aborts the session.
+
+Where the session lives: this worker serves it; a task held by another live worker is routed
+there (``TaskCluster.route``); a task whose worker is gone (killed, restarted) is claimed — an
+atomic compare-and-set on the row, so one worker wins — and resumed by replaying its journal:
+recorded steps are not run again, and the old worker, if it was only slow, can no longer write
+the journal (its writes are fenced on the row's worker).
+
+Every task expires ``ttl`` seconds after it was last touched (the session is aborted); an ended
+task's result stays readable for ``ttl`` after its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding, compose_tool_call_handler
+from mcp.server.lowlevel import Server
+from mcp.server.mcpserver import require_client_extension
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import decode_header_value
+from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
+
+from chatbridge.core.approval import DENIED_BY
+from chatbridge.core.exceptions import ChatBridgeError
+from chatbridge.core.manager import SessionManager
+from chatbridge.core.sessions import PluginSession
+from chatbridge.core.tools import McpTool
+from chatbridge.mcp.hosts import deliver, errors_text, from_wire
+from chatbridge.mcp.rounds import Rounds, StoredCall, error_of, final_result
+
+__all__ = [
+    "TASKS_EXTENSION",
+    "TRANSPORT",
+    "TaskCluster",
+    "TaskRecord",
+    "Tasks",
+    "install",
+]
+
+logger = logging.getLogger("chatbridge.mcp")
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TRANSPORT = "mcp-task"
+CANCELLED_BY = "mcp-client"  # aborted_by of a task ended by tasks/cancel
+EXPIRED = "the task expired: nobody continued it in time"
+_PREFIX = "mcpt_"
+_ID_LENGTH = len(_PREFIX) + 32 + 24
+_ACTIVE = ("running", "awaiting_elicit", "awaiting_sample")
+
+NOT_FOUND = "Failed to retrieve task: Task not found"
+GONE = "Failed to retrieve task: Task has expired"
+UNREACHABLE = "The server running this task cannot be reached right now; try again shortly."
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task's call as the database keeps it, and who holds it."""
+
+    call: StoredCall
+    worker: str
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None
+
+
+class TaskCluster(Protocol):
+    """The other workers and the shared database (the chat layer's, injected by the runtime)."""
+
+    worker: str  # this process
+
+    async def find(self, call_id: str) -> TaskRecord | None: ...
+
+    async def alive(self, worker: str) -> bool: ...
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        """Take the call over from ``worker`` (gone): True for exactly one claimant."""
+        ...
+
+    async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Have ``worker`` serve ``message`` (``Tasks.serve_routed``); None if unreachable."""
+        ...
+
+
+class TaskParams(types.RequestParams):
+    task_id: str = Field(min_length=1, max_length=200)
+
+
+class UpdateTaskParams(TaskParams):
+    input_responses: dict[str, Any] = Field(default_factory=dict)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return dict(model.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+def _asks(tool: McpTool[Any, Any]) -> bool:
+    return bool(tool.elicits) or tool.needs_approval
+
+
+def _not_found(message: str = NOT_FOUND) -> MCPError:
+    return MCPError(INVALID_PARAMS, message)
+
+
+@dataclass
+class _Ended:
+    task: dict[str, Any]  # the task as tasks/get shows it, without resultType
+    until: datetime
+
+
+class Tasks(Extension):
+    """The Tasks extension of one MCP server (see the module docstring)."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(
+        self,
+        manager: SessionManager,
+        tools: Mapping[str, McpTool[Any, Any]],
+        rounds: Rounds,
+        keys: Sequence[bytes],
+        ttl: float,
+        *,
+        caller: Callable[[ServerRequestContext[Any, Any]], str],
+        client: Callable[[ServerRequestContext[Any, Any]], str],
+        cluster: TaskCluster | None = None,
+        settle: float = 3.0,
+        poll_interval: float = 1.0,
+    ) -> None:
+        """``settle``: how long a call or an update waits for the next question or the end
+        before answering (the spec allows either; waiting saves the client a poll)."""
+        self.manager, self.served, self.rounds = manager, tools, rounds
+        self.keys, self.ttl, self.cluster = list(keys), ttl, cluster
+        self._caller, self._client = caller, client
+        self.settle, self.poll_ms = settle, int(poll_interval * 1000)
+        self._created: dict[str, datetime] = {}
+        self._drivers: dict[str, asyncio.Task[None]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._ended: dict[str, _Ended] = {}
+        self._asked: dict[str, str] = {}  # call id → the question it put on record
+        self._changed: dict[str, asyncio.Event] = {}  # set at each of the session's events
+        self._aborts: set[asyncio.Task[None]] = set()
+
+    # -- the extension's contributions ------------------------------------------------------
+
+    def methods(self) -> Sequence[MethodBinding]:
+        modern = frozenset(MODERN_PROTOCOL_VERSIONS)
+        return [
+            MethodBinding("tasks/get", TaskParams, self._get, modern),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update, modern),
+            MethodBinding("tasks/cancel", TaskParams, self._cancel, modern),
+        ]
+
+    async def intercept_tool_call(
+        self,
+        params: types.CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        """A task for a call that asks questions, when this request lets us; else the call as
+        it would be without the extension."""
+        tool = self.served.get(params.name)
+        caps = ctx.session.client_capabilities
+        if (
+            tool is None
+            or not _asks(tool)
+            or params.request_state is not None  # an MRTR retry stays one
+            or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+            or caps is None
+            or caps.elicitation is None  # its questions could not be shown
+            or TASKS_EXTENSION not in (caps.extensions or {})
+        ):
+            return await call_next(ctx)
+        call_id = self._new_id(self._caller(ctx))
+        meta = {"transport": TRANSPORT, "client": self._client(ctx)}
+        try:
+            session = await self.manager.create(
+                tool, dict(params.arguments or {}), call_id=call_id, meta=meta
+            )
+        except ChatBridgeError as exc:
+            return error_of(str(exc))
+        self._created[call_id] = session.created_at
+        self._follow(session)
+        await self._settled(session)
+        # The row was written before the session started: tasks/get resolves anywhere now.
+        return {"resultType": "task", **await self._task(session, details=False)}
+
+    # -- tasks/get, tasks/update, tasks/cancel ----------------------------------------------
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
+        self._check(ctx, params.task_id)
+        return {"resultType": "complete", **await self._serve("get", params.task_id, {})}
+
+    async def _update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
+    ) -> HandlerResult:
+        self._check(ctx, params.task_id)
+        await self._serve("update", params.task_id, params.input_responses)
+        return {"resultType": "complete"}
+
+    async def _cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskParams
+    ) -> HandlerResult:
+        self._check(ctx, params.task_id)
+        await self._serve("cancel", params.task_id, {})
+        return {"resultType": "complete"}
+
+    def _check(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
+        """The spec's gates: the extension declared on this request, ``Mcp-Name`` (when sent)
+        naming this task, and the task belonging to this caller."""
+        require_client_extension(ctx, TASKS_EXTENSION)
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        named = headers.get("mcp-name") if headers is not None else None
+        if named is not None and decode_header_value(named) != task_id:
+            raise MCPError(HEADER_MISMATCH, "The Mcp-Name header does not name this task.")
+        if not self._owns(self._caller(ctx), task_id):
+            raise _not_found()
+
+    # -- task ids ---------------------------------------------------------------------------
+
+    def _mac(self, key: bytes, nonce: str, caller: str) -> str:
+        return hmac.new(key, f"{nonce}:{caller}".encode(), hashlib.sha256).hexdigest()[:24]
+
+    def _new_id(self, caller: str) -> str:
+        nonce = uuid.uuid4().hex
+        return f"{_PREFIX}{nonce}{self._mac(self.keys[0], nonce, caller)}"
+
+    def _owns(self, caller: str, task_id: str) -> bool:
+        if len(task_id) != _ID_LENGTH or not task_id.startswith(_PREFIX):
+            return False
+        nonce, mac = task_id[len(_PREFIX) : -24], task_id[-24:]
+        return any(hmac.compare_digest(self._mac(k, nonce, caller), mac) for k in self.keys)
+
+    # -- serving, wherever the task lives ---------------------------------------------------
+
+    async def serve_routed(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A request another worker routed here (its caller already checked there)."""
+        try:
+            task = await self._serve(
+                str(message["op"]),
+                str(message["task_id"]),
+                dict(message.get("responses") or {}),
+                routed=True,
+            )
+        except MCPError as exc:
+            return {"error": {"code": exc.error.code, "message": exc.error.message}}
+        return {"task": task}
+
+    async def _serve(
+        self, op: str, task_id: str, responses: Mapping[str, Any], *, routed: bool = False
+    ) -> dict[str, Any]:
+        """The task as tasks/get shows it, after ``op`` (get, update or cancel)."""
+        self._prune()
+        session = self._live(task_id)
+        if session is None and task_id not in self._ended:
+            async with self._lock(task_id):  # one takeover at a time in this process
+                session = self._live(task_id)
+                if session is None and task_id not in self._ended:
+                    found = await self._elsewhere(op, task_id, responses, routed)
+                    if isinstance(found, dict):
+                        return found
+                    session = found
+        if session is None:
+            return self._ended[task_id].task
+        if op == "update":
+            await self._answer(session, responses)
+        elif op == "cancel":
+            await session.abort("cancelled by the MCP client", by=CANCELLED_BY)
+        return await self._task(session)
+
+    def _live(self, task_id: str) -> PluginSession | None:
+        session = self.manager.get(task_id)
+        if session is None or session.meta.get("transport") != TRANSPORT:
+            return None
+        return session
+
+    async def _elsewhere(
+        self, op: str, task_id: str, responses: Mapping[str, Any], routed: bool
+    ) -> PluginSession | dict[str, Any]:
+        """A task not live here: its record, its worker's answer, or the session resumed."""
+        cluster = self.cluster
+        record = await cluster.find(task_id) if cluster is not None else None
+        if cluster is None or record is None:
+            raise _not_found()
+        now = datetime.now(UTC)
+        if record.call.status not in _ACTIVE:
+            if (record.ended_at or record.updated_at) + timedelta(seconds=self.ttl) < now:
+                raise _not_found(GONE)
+            return self._recorded(task_id, record)
+        if record.updated_at + timedelta(seconds=self.ttl) < now:
+            raise _not_found(GONE)  # suspended past its ttl (its worker died): not resumed
+        holder = record.worker
+        if holder != cluster.worker and await cluster.alive(holder):
+            if routed:  # the holder sent it here: it does not hold it any more; ask again
+                raise MCPError(INTERNAL_ERROR, UNREACHABLE)
+            message = {"op": op, "task_id": task_id, "responses": dict(responses)}
+            reply = await cluster.route(holder, message)
+            if reply is None:
+                raise MCPError(INTERNAL_ERROR, UNREACHABLE)
+            if "error" in reply:
+                raise MCPError(int(reply["error"]["code"]), str(reply["error"]["message"]))
+            return dict(reply["task"])
+        if not await cluster.claim(task_id, holder):
+            raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it over just now
+        return await self._resume(task_id, record)
+
+    async def _resume(self, task_id: str, record: TaskRecord) -> PluginSession:
+        tool = self.served.get(record.call.tool_name)
+        if tool is None:
+            raise _not_found()
+        logger.info("resuming MCP task %s from its journal", task_id)
+        session = await self.manager.create(
+            tool,
+            record.call.arguments,
+            call_id=task_id,
+            journal=record.call.journal,
+            meta={"transport": TRANSPORT, "client": ""},
+        )
+        self._created[task_id] = record.created_at
+        self._follow(session)
+        await self._settled(session)
+        return session
+
+    async def _answer(self, session: PluginSession, responses: Mapping[str, Any]) -> None:
+        """Deliver the answer to the open question, if ``responses`` has one under its key."""
+        async with self._lock(session.id):
+            pending = session.pending
+            if pending is None or not self._asking(session):
+                return
+            raw = responses.get(self._key(session))
+            if raw is None:
+                return  # keys that are not open are ignored (spec: SHOULD)
+            answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
+            await deliver(session, pending, from_wire(answer.action, answer.content))
+            self._arm(session)
+            await self._settled(session)
+
+    # -- following live sessions ------------------------------------------------------------
+
+    def _follow(self, session: PluginSession) -> None:
+        """Drain the session's events (tasks carry no logs or progress), note which question
+        it has put on record, and keep its end."""
+        self._arm(session)
+        self._changed[session.id] = asyncio.Event()
+        self._drivers[session.id] = asyncio.get_running_loop().create_task(
+            self._drive(session), name=f"chatbridge-task:{session.id}"
+        )
+
+    async def _drive(self, session: PluginSession) -> None:
+        try:
+            while True:
+                event = await session.next_event()
+                if event.type == "elicit":  # emitted once the question is on record
+                    self._asked[session.id] = str(event.request.id)
+                self._changed.pop(session.id, asyncio.Event()).set()
+                self._changed[session.id] = asyncio.Event()
+                if event.type in ("completed", "failed", "aborted"):
+                    break
+            if not session.parked:  # parked: the process stops; the call stays on record
+                task = await self._task(session)
+                until = datetime.now(UTC) + timedelta(seconds=self.ttl)
+                self._ended[session.id] = _Ended(task, until)
+        finally:
+            self._drivers.pop(session.id, None)
+            self._disarm(session.id)
+            self._created.pop(session.id, None)
+            self._asked.pop(session.id, None)
+            self._changed.pop(session.id, asyncio.Event()).set()
+
+    def _asking(self, session: PluginSession) -> bool:
+        """Does the session wait for an answer to a question it has put on record?"""
+        pending = session.pending
+        return pending is not None and self._asked.get(session.id) == str(pending.id)
+
+    async def _settled(self, session: PluginSession) -> None:
+        """Wait (a little) for the session to ask its next question or end."""
+        deadline = asyncio.get_running_loop().time() + self.settle
+        while not (session.finished or self._asking(session)):
+            changed = self._changed.get(session.id)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if changed is None or remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def _arm(self, session: PluginSession) -> None:
+        self._disarm(session.id)
+        loop = asyncio.get_running_loop()
+        self._timers[session.id] = loop.call_later(self.ttl, self._expire, session)
+
+    def _disarm(self, call_id: str) -> None:
+        timer = self._timers.pop(call_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expire(self, session: PluginSession) -> None:
+        self._timers.pop(session.id, None)
+        task = asyncio.get_running_loop().create_task(session.abort(EXPIRED, by="server"))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    def _lock(self, task_id: str) -> asyncio.Lock:
+        lock = self._locks.get(task_id)
+        if lock is None:
+            lock = self._locks[task_id] = asyncio.Lock()
+        return lock
+
+    def _prune(self) -> None:
+        now = datetime.now(UTC)
+        for task_id in [t for t, e in self._ended.items() if e.until <= now]:
+            del self._ended[task_id]
+            lock = self._locks.get(task_id)
+            if lock is not None and not lock.locked():
+                del self._locks[task_id]
+
+    # -- what a task looks like -------------------------------------------------------------
+
+    def _key(self, session: PluginSession) -> str:
+        """The open question's key: its id, and a new key after each refused answer (a key
+        is never reused once answered: spec)."""
+        pending = session.pending
+        assert pending is not None
+        attempts = session.pending_attempts
+        return f"{pending.id}#{attempts + 1}" if attempts else str(pending.id)
+
+    async def _task(self, session: PluginSession, *, details: bool = True) -> dict[str, Any]:
+        created = self._created.get(session.id, session.created_at)
+        task = self._base(session.id, created, session.updated_at)
+        if session.finished:
+            event = await session.wait_finished()  # at once: it has ended
+            if event.type == "completed":
+                outcome = final_result("completed", event.result, "")
+            elif event.type == "failed":
+                outcome = final_result("failed", None, event.error)
+            else:
+                reason = event.reason if event.type == "aborted" else "ended"
+                outcome = final_result("aborted", None, reason, session.aborted_by or "")
+            task.update(self._outcome(event.type, session.aborted_by or "", outcome, details))
+            return task
+        pending = session.pending
+        if pending is None or not self._asking(session):
+            return {**task, "status": "working"}
+        task["status"] = "input_required"
+        task["statusMessage"] = pending.message.splitlines()[0] if pending.message else ""
+        if details:
+            errors = session.pending_errors
+            note = errors_text(errors) if errors else ""
+            # The same elicitation an MRTR round would carry (Rounds builds it).
+            shaped = self.rounds._input_required(pending, "", note)
+            [request] = (shaped.input_requests or {}).values()
+            task["inputRequests"] = {self._key(session): _dump(request)}
+        return task
+
+    def _recorded(self, task_id: str, record: TaskRecord) -> dict[str, Any]:
+        call = record.call
+        task = self._base(task_id, record.created_at, record.ended_at or record.updated_at)
+        outcome = final_result(call.status, call.result, call.error, call.aborted_by)
+        task.update(self._outcome(call.status, call.aborted_by, outcome, True))
+        return task
+
+    def _base(self, task_id: str, created: datetime, updated: datetime) -> dict[str, Any]:
+        return {
+            "taskId": task_id,
+            "createdAt": _iso(created),
+            "lastUpdatedAt": _iso(updated),
+            # Expiry is counted from the last update; ttlMs is from creation (spec), so it grows.
+            "ttlMs": int((updated - created).total_seconds() * 1000 + self.ttl * 1000),
+            "pollIntervalMs": self.poll_ms,
+        }
+
+    @staticmethod
+    def _outcome(
+        status: str, aborted_by: str, outcome: types.CallToolResult, details: bool
+    ) -> dict[str, Any]:
+        """Ended: a result (also a tool error, or the user's refusal), or cancelled."""
+        text = next((c.text for c in outcome.content if isinstance(c, types.TextContent)), "")
+        if status in ("completed", "failed") or aborted_by == DENIED_BY:
+            shown: dict[str, Any] = {"status": "completed"}
+            if details:  # the CallToolResult as the call would have returned it
+                shown["result"] = {k: v for k, v in _dump(outcome).items() if k != "resultType"}
+            return shown
+        return {"status": "cancelled", "statusMessage": text}
+
+
+def install(
+    server: Server[Any],
+    extension: Extension,
+    call_tool: Callable[
+        [ServerRequestContext[Any, Any], types.CallToolRequestParams], Awaitable[HandlerResult]
+    ],
+) -> None:
+    """Apply ``extension`` to a lowlevel ``Server`` as ``MCPServer(extensions=...)`` would:
+    its methods (gated to their protocol versions), its ``tools/call`` interceptor around
+    ``call_tool``, and its entry in the server's capabilities."""
+    for binding in extension.methods():
+        server.add_request_handler(binding.method, binding.params_type, _gated(binding))
+    server.add_request_handler(
+        "tools/call",
+        types.CallToolRequestParams,
+        compose_tool_call_handler([extension], call_tool),
+    )
+    server.extensions[extension.identifier] = extension.settings()
+
+
+def _gated(binding: MethodBinding) -> Any:
+    versions = binding.protocol_versions
+
+    async def gated(ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
+        if versions is not None and ctx.protocol_version not in versions:
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", data=binding.method)
+        return await binding.handler(ctx, params)
+
+    return gated

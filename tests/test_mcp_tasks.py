@@ -1,0 +1,372 @@
+"""The 2026-07-28 Tasks extension (SEP-2663) on real servers, spoken as raw JSON-RPC: a task is
+a durable session, answered through tasks/update, cancelled, resumed after a restart and served
+by any worker."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from plugins.book_flight.data import search_flights
+from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.test_mcp import free_seat
+
+MODERN = "2026-07-28"
+TASKS = "io.modelcontextprotocol/tasks"
+TRIP = {"city": "Lisbon", "nights": 2}
+ROUTE = {"origin": "JFK", "destination": "LAX"}
+
+
+class RpcError(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.code, self.message = error.get("code"), str(error.get("message"))
+
+
+class McpClient:
+    """A 2026-07-28 client over plain HTTP: every request carries its own capabilities."""
+
+    def __init__(
+        self, http: httpx.AsyncClient, url: str, *, token: str = "me", tasks: bool = True
+    ) -> None:
+        self.http, self.url, self.token = http, url, token
+        extensions = {TASKS: {}} if tasks else {}
+        self.capabilities = {"elicitation": {"form": {}}, "extensions": extensions}
+        self._ids = 0
+
+    async def rpc(self, method: str, params: dict[str, Any], name: str | None = None) -> Any:
+        self._ids += 1
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": self.capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-tasks-test", "version": "1"},
+        }
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": MODERN,
+            "mcp-method": method,
+            "authorization": f"Bearer {self.token}",
+        }
+        if name is not None:
+            headers["mcp-name"] = name
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": method}
+        body["params"] = {**params, "_meta": meta}
+        response = await self.http.post(self.url, json=body, headers=headers, timeout=30)
+        message = _message(response)
+        if "error" in message:
+            raise RpcError(message["error"])
+        result = dict(message["result"])
+        result.pop("_meta", None)  # the SDK's serverInfo stamp
+        return result
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.rpc("tools/call", {"name": tool, "arguments": arguments}, tool))
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        return dict(await self.rpc("tasks/get", {"taskId": task_id}, task_id))
+
+    async def update(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+        params = {"taskId": task_id, "inputResponses": responses}
+        return dict(await self.rpc("tasks/update", params, task_id))
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return dict(await self.rpc("tasks/cancel", {"taskId": task_id}, task_id))
+
+    async def settled(self, task_id: str, timeout: float = 20.0) -> dict[str, Any]:
+        """Poll tasks/get (as the spec has clients do) until the task is not working."""
+        deadline = time.monotonic() + timeout
+        while True:
+            task = await self.get(task_id)
+            if task["status"] != "working" or time.monotonic() > deadline:
+                return task
+
+
+def _message(response: httpx.Response) -> dict[str, Any]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                data = json.loads(line[5:])
+                if "id" in data:
+                    return dict(data)
+        raise AssertionError(f"no response in the stream: {response.text!r}")
+    message = dict(response.json())  # errors come with a 4xx status, as JSON-RPC errors
+    assert response.status_code == 200 or "error" in message, response.text
+    return message
+
+
+def question(task: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The open question of an input_required task: (its key, the tool's question name, its
+    elicitation params)."""
+    assert task["status"] == "input_required", task
+    [(key, request)] = task["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    return key, key.split(":")[1], request["params"]
+
+
+def trip_answer(name: str) -> dict[str, Any]:
+    content = {"pick_hotel": {"hotel": "Harbour Inn"}, "confirm": {"ok": True}}
+    return {"action": "accept", "content": content.get(name, {"stars": 5})}
+
+
+def booking_answer(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Answer a book_flight question by its name; a question added later (a review) gets its
+    required fields from its schema: yes, the first choice, the default."""
+    flight = search_flights(ROUTE["origin"], ROUTE["destination"])[0]
+    if name == "pick_flight":
+        return {"action": "accept", "content": {"flight_id": flight.id}}
+    if name == "pick_seat":
+        return {"action": "accept", "content": free_seat(flight.id)}
+    schema = params.get("requestedSchema") or {}
+    content: dict[str, Any] = {}
+    for field in schema.get("required", []):
+        spec = schema["properties"][field]
+        if spec.get("type") == "boolean":
+            content[field] = True
+        elif "enum" in spec:
+            content[field] = spec["enum"][0]
+        else:
+            content[field] = spec.get("default", "ok")
+    return {"action": "accept", "content": content}
+
+
+async def run_to_end(client: McpClient, task_id: str, answer: Any) -> dict[str, Any]:
+    """Answer every question the task asks, by its name, until it ends."""
+    while True:
+        task = await client.settled(task_id)
+        if task["status"] != "input_required":
+            return task
+        key, name, params = question(task)
+        if params.get("mode") == "url":
+            pytest.skip("a URL-mode question: its page is completed by tests of URL mode")
+        assert await client.update(task_id, {key: answer(name, params)}) == {
+            "resultType": "complete"
+        }
+
+
+def rows(database: Path, call_id: str) -> tuple[str, str, int, int]:
+    """(status, transport, resumes, step entries) of a call, as the database has them."""
+    with sqlite3.connect(database) as db:
+        status, transport, resumes = db.execute(
+            "SELECT status, transport, resumes FROM chatbridge_chat_toolsession WHERE id = ?",
+            (call_id,),
+        ).fetchone()
+        [(steps,)] = db.execute(
+            "SELECT count(*) FROM chatbridge_chat_journalrecord WHERE session_id = ? "
+            "AND kind = 'step'",
+            (call_id,),
+        )
+    return status, transport, resumes, steps
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    database = tmp_path_factory.mktemp("mcp-tasks") / "db.sqlite3"
+    env = migrated_env(database, "tests.tasks_settings")
+    env.pop("REDIS_URL", None)
+    env["CHATBRIDGE_MCP_PUBLIC"] = "1"
+    env["TASKS_DATABASE"] = str(database)
+    return env
+
+
+@pytest.fixture(scope="module")
+def site(env: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    daphne = start_daphne(port, env)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(daphne)
+
+
+@pytest.fixture
+async def client(site: str) -> AsyncIterator[McpClient]:
+    async with httpx.AsyncClient() as http:
+        yield McpClient(http, site)
+
+
+async def test_a_call_that_asks_becomes_a_task_answered_through_updates(
+    client: McpClient, env: dict[str, str]
+) -> None:
+    discovered = await client.rpc("server/discover", {})
+    assert TASKS in discovered["capabilities"]["extensions"]
+    created = await client.call("plan_trip", TRIP)
+    assert created["resultType"] == "task"
+    assert created["status"] == "input_required" and "inputRequests" not in created
+    assert created["ttlMs"] > 0 and created["pollIntervalMs"] > 0
+    task_id = created["taskId"]
+    task = await client.get(task_id)
+    assert task["resultType"] == "complete"
+    key, name, params = question(task)
+    assert name == "pick_hotel" and "Lisbon" in params["message"]
+    assert params["requestedSchema"]["properties"]["hotel"]
+    assert (await client.get(task_id))["inputRequests"] == task["inputRequests"]  # same key
+
+    done = await run_to_end(client, task_id, lambda name, _: trip_answer(name))
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"]["booked"] is True
+    assert done["result"]["structuredContent"]["stars"] == 5
+    assert await client.get(task_id) == done  # the result stays readable
+    status, transport, _, steps = rows(Path(env["TASKS_DATABASE"]), task_id)
+    assert (status, transport, steps) == ("completed", "mcp-task", 1)
+
+
+async def test_a_refused_answer_asks_again_under_a_new_key(client: McpClient) -> None:
+    task_id = (await client.call("plan_trip", TRIP))["taskId"]
+    for name in ("pick_hotel", "confirm"):
+        key, asked, _ = question(await client.settled(task_id))
+        assert asked == name
+        await client.update(task_id, {key: trip_answer(name)})
+    key, name, _ = question(await client.settled(task_id))
+    assert name == "rate"
+    await client.update(task_id, {key: {"action": "accept", "content": {"stars": 9}}})
+    again, name, params = question(await client.get(task_id))
+    assert name == "rate" and again != key
+    assert "not accepted" in params["message"]
+    # The refused key is answered: a response under it is ignored, the task keeps waiting.
+    await client.update(task_id, {key: {"action": "accept", "content": {"stars": 4}}})
+    assert question(await client.get(task_id))[0] == again
+    await client.update(task_id, {again: {"action": "accept", "content": {"stars": 4}}})
+    done = await client.settled(task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"]["stars"] == 4
+
+
+async def test_a_cancelled_task_ends_cancelled(client: McpClient, env: dict[str, str]) -> None:
+    task_id = (await client.call("plan_trip", TRIP))["taskId"]
+    assert await client.cancel(task_id) == {"resultType": "complete"}
+    task = await client.get(task_id)
+    assert task["status"] == "cancelled" and "inputRequests" not in task
+    assert "cancelled" in task["statusMessage"]
+    assert rows(Path(env["TASKS_DATABASE"]), task_id)[0] == "aborted"
+
+
+async def test_a_task_belongs_to_its_caller_and_to_clients_of_the_extension(
+    client: McpClient,
+) -> None:
+    task_id = (await client.call("plan_trip", TRIP))["taskId"]
+    stranger = McpClient(client.http, client.url, token="someone-else")
+    with pytest.raises(RpcError) as refused:
+        await stranger.get(task_id)
+    assert refused.value.code == -32602 and "not found" in refused.value.message
+    with pytest.raises(RpcError) as unknown:
+        await client.get("mcpt_" + "0" * 56)
+    assert unknown.value.code == -32602
+    without = McpClient(client.http, client.url, tasks=False)
+    with pytest.raises(RpcError) as undeclared:
+        await without.get(task_id)
+    assert undeclared.value.code == -32021
+    # Without the extension, the same call is a 2026-07-28 round trip, as before.
+    assert (await without.call("plan_trip", TRIP))["resultType"] == "input_required"
+    await client.cancel(task_id)
+
+
+async def test_book_flight_end_to_end_through_a_task(client: McpClient) -> None:
+    created = await client.call("book_flight", ROUTE)
+    assert created["resultType"] == "task"
+    done = await run_to_end(client, created["taskId"], booking_answer)
+    assert done["status"] == "completed", done
+    booked = done["result"]["structuredContent"]
+    assert booked["booked"] is True and booked["ticket"]
+
+
+@pytest.mark.slow
+async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> None:
+    database = Path(env["TASKS_DATABASE"])
+    port = free_port()
+    first = start_daphne(port, env)
+    try:
+        async with httpx.AsyncClient() as http:
+            client = McpClient(http, f"http://127.0.0.1:{port}/mcp")
+            task_id = (await client.call("plan_trip", TRIP))["taskId"]
+            for name in ("pick_hotel", "confirm"):  # the booking step runs after "confirm"
+                key, _, _ = question(await client.settled(task_id))
+                await client.update(task_id, {key: trip_answer(name)})
+            key, name, _ = question(await client.settled(task_id))
+            assert name == "rate"
+    finally:
+        first.kill()
+        first.wait()
+    assert rows(database, task_id)[0] == "awaiting_elicit"
+    port = free_port()
+    second = start_daphne(port, env)
+    try:
+        async with httpx.AsyncClient() as http:
+            client = McpClient(http, f"http://127.0.0.1:{port}/mcp")
+            resumed = await client.get(task_id)
+            assert question(resumed)[:2] == (key, "rate")
+            await client.update(task_id, {key: trip_answer("rate")})
+            done = await client.settled(task_id)
+    finally:
+        stop(second)
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"]["booked"] is True
+    assert rows(database, task_id) == ("completed", "mcp-task", 1, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.services
+async def test_two_workers_serve_one_task_and_one_takes_it_over_when_the_other_dies() -> None:
+    from tests.test_scale_out import cluster_database
+    from tests.test_services import REDIS_HOST, REDIS_PORT, require
+
+    require("Redis", REDIS_HOST, REDIS_PORT)
+    with cluster_database(f"redis://{REDIS_HOST}:{REDIS_PORT}/0") as base:
+        env = {**base, "DJANGO_SETTINGS_MODULE": "tests.tasks_settings"}
+        env["CHATBRIDGE_MCP_PUBLIC"] = "1"
+        import psycopg
+
+        def row(call_id: str) -> tuple[str, str, int, int]:
+            with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as db:
+                found = db.execute(
+                    "SELECT status, worker, resumes FROM chatbridge_chat_toolsession WHERE id = %s",
+                    (call_id,),
+                ).fetchone()
+                steps = db.execute(
+                    "SELECT count(*) FROM chatbridge_chat_journalrecord "
+                    "WHERE session_id = %s AND kind = 'step'",
+                    (call_id,),
+                ).fetchone()
+            assert found is not None and steps is not None
+            return found[0], found[1], found[2], steps[0]
+
+        port_a, port_b = free_port(), free_port()
+        a, b = start_daphne(port_a, env), start_daphne(port_b, env)
+        try:
+            async with httpx.AsyncClient() as http:
+                on_a = McpClient(http, f"http://127.0.0.1:{port_a}/mcp")
+                on_b = McpClient(http, f"http://127.0.0.1:{port_b}/mcp")
+                task_id = (await on_a.call("plan_trip", TRIP))["taskId"]
+                # B shows A's task and answers it: A runs it (the answer is routed there).
+                for name in ("pick_hotel", "confirm"):
+                    key, asked, _ = question(await on_b.settled(task_id))
+                    assert asked == name
+                    await on_b.update(task_id, {key: trip_answer(name)})
+                key, asked, _ = question(await on_a.settled(task_id))
+                assert asked == "rate"
+                status, worker, resumes, steps = row(task_id)
+                assert (status, worker.endswith(f":{a.pid}"), resumes, steps) == (
+                    "awaiting_elicit",
+                    True,
+                    0,
+                    1,
+                )
+                a.kill()
+                a.wait()
+                # A is gone: B takes the task over by replay; the booking is not made again.
+                assert question(await on_b.get(task_id))[:2] == (key, "rate")
+                await on_b.update(task_id, {key: trip_answer("rate")})
+                done = await on_b.settled(task_id)
+        finally:
+            stop(a)
+            stop(b)
+        assert done["status"] == "completed"
+        assert done["result"]["structuredContent"]["booked"] is True
+        status, worker, resumes, steps = row(task_id)
+        assert (status, worker.endswith(f":{b.pid}"), resumes, steps) == ("completed", True, 1, 1)
