@@ -12,9 +12,10 @@ notifications, puts questions to the client and hands answers back with
 
 Where a question's context travels (DESIGN §4 prefers the schema, the message is the fallback):
 a pushed ``elicitation/create`` is a request, not a result, so its ``requestedSchema`` reaches
-the client with ``x-model-context`` intact; its message stays what the tool wrote, readable,
-without the JSON section (generic clients show the message to a person; a client whose parser
-drops unknown schema keywords still gets a message that says what to answer). A 2026-07-28
+the client with ``x-model-context`` intact, and the same context rides in the request's
+``_meta["x-model-context"]`` for clients whose parsers drop unknown schema keywords but keep
+``_meta`` (the TypeScript SDK v1's zod schemas); its message stays what the tool wrote,
+readable, without the JSON section (generic clients show the message to a person). A 2026-07-28
 ``inputRequests`` entry is part of a result, which the SDK sieves to the version's schema and so
 strips ``x-model-context``: there the message section is the only carrier and stays. Request
 notifications carry the context as a field of their own.
@@ -46,7 +47,7 @@ from chatbridge.core.elicit import (
 )
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, format_errors
-from chatbridge.core.model_context import encode_message, with_context
+from chatbridge.core.model_context import CONTEXT_KEY, encode_message, with_context
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.levels import hears
 from chatbridge.mcp.modes import ModeNotDeclared, modes_of
@@ -90,8 +91,11 @@ def wire_request(
     message = f"{request.message}\n\n{note}" if note else request.message
     if context_in_message:
         message = encode_message(message, request.context)
+    meta: dict[str, Any] | None = None
+    if request.context and not context_in_message:
+        meta = {CONTEXT_KEY: request.context}
     return types.ElicitRequestFormParams(
-        message=message, requested_schema=with_context(flat, request.context)
+        message=message, requested_schema=with_context(flat, request.context), _meta=meta
     )
 
 
