@@ -58,11 +58,7 @@ SPECIFIC = [
     ("0.2.0-alpha.12", "tasks-dispatch-and-envelope", "sep-2663-tasks-get-invalid-task-id-32602"),
 ]
 # Checks that apply and fail until the rest of issue 14 lands: (suite, scenario, check, who).
-PENDING = [
-    ("0.1.16", "logging-set-level", "logging-set-level", "conf"),
-    ("0.2.0-alpha.12", "logging-set-level", "logging-set-level", "conf"),
-    ("0.2.0-alpha.12", "caching", "sep-2549-resources-templates-list-caching-hints", "conf"),
-]
+PENDING: list[tuple[str, str, str, str]] = []
 # Why the other scenarios' checks may fail here: they need what only the suite's own test
 # server has (its tools, resources, prompts, completions, subscriptions, x-mcp-header tools).
 FIXTURE_ONLY = re.compile(

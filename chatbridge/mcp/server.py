@@ -170,6 +170,7 @@ class McpBridge:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             get_tool_input_schema=self._input_schema,
         )
@@ -244,6 +245,13 @@ class McpBridge:
                 for uri in self.ui_uris
             ]
         )
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """None: every resource is listed by its URI. Served because a server that declares
+        ``resources`` answers ``resources/templates/list`` too (required on 2026-07-28)."""
+        return types.ListResourceTemplatesResult(resource_templates=[])
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
