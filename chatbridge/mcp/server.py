@@ -53,6 +53,7 @@ from chatbridge.mcp.rounds import (
     result_of,
 )
 from chatbridge.mcp.tasks import TaskCluster, Tasks, install
+from chatbridge.mcp.urls import request_origin
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
@@ -114,12 +115,6 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
     return _header(ctx, "mcp-session-id")
-
-
-def _origin(ctx: ServerRequestContext[Any, Any]) -> str:
-    """scheme://host[:port] of the HTTP request (links of URL questions are absolute)."""
-    url = getattr(getattr(ctx, "request", None), "url", None)
-    return f"{url.scheme}://{url.netloc}" if url is not None else ""
 
 
 def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
@@ -315,7 +310,7 @@ class McpBridge:
         meta = {
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
-            "origin": _origin(ctx),
+            "origin": request_origin(ctx),
             "caller": _caller(ctx),
             "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
@@ -379,7 +374,7 @@ class McpBridge:
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller(ctx)
-        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": _origin(ctx)}
+        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": request_origin(ctx)}
         channel = Channel(ctx)
         if params.request_state is None:
             call_id = f"mcp_{uuid.uuid4().hex}"

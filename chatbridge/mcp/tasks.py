@@ -57,6 +57,7 @@ from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.rounds import Rounds, StoredCall, error_of, final_result
+from chatbridge.mcp.urls import request_origin
 
 __all__ = [
     "TASKS_EXTENSION",
@@ -206,7 +207,11 @@ class Tasks(Extension):
         ):
             return await call_next(ctx)
         call_id = self._new_id(self._caller(ctx))
-        meta = {"transport": TRANSPORT, "client": self._client(ctx)}
+        meta = {
+            "transport": TRANSPORT,
+            "client": self._client(ctx),
+            "origin": request_origin(ctx),  # links of its URL questions are absolute
+        }
         try:
             session = await self.manager.create(
                 tool, dict(params.arguments or {}), call_id=call_id, meta=meta
@@ -366,6 +371,8 @@ class Tasks(Extension):
             if raw is None:
                 return  # keys that are not open are ignored (spec: SHOULD)
             answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
+            if pending.mode == "url" and answer.action == "accept":
+                return  # consent only: the question's page answers it (mcp/urls.py)
             await deliver(session, pending, from_wire(answer.action, answer.content))
             self._arm(session)
             await self._settled(session)

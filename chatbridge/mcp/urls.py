@@ -19,12 +19,22 @@ session receives directly (``PluginSession.respond_to_elicit(by_page=True)``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 
 from chatbridge.core.elicit import Accept, ElicitRequest
 from chatbridge.core.sessions import PluginSession
 
-__all__ = ["answered_by_page", "url_params"]
+__all__ = ["answered_by_page", "request_origin", "url_params"]
+
+
+def request_origin(ctx: ServerRequestContext[Any, Any]) -> str:
+    """scheme://host[:port] of the HTTP request, kept in a call's meta (``origin``) so that the
+    links of its URL questions are absolute; "" off HTTP (``CHATBRIDGE_PUBLIC_URL`` wins)."""
+    url = getattr(getattr(ctx, "request", None), "url", None)
+    return f"{url.scheme}://{url.netloc}" if url is not None else ""
 
 
 def url_params(request: ElicitRequest, *, with_id: bool = True) -> types.ElicitRequestURLParams:
