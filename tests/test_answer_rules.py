@@ -138,6 +138,7 @@ async def test_the_chat_refuses_an_unknown_flight_and_a_taken_seat(chat: ChatCli
     again = await chat.next("elicit", key="pick_seat")
     assert again["errors"] == {"seat": [SEAT_TAKEN]}
     await chat.answer(again, **label(FREE))
+    await chat.review_and_pay()
     result = (await chat.next("tool_call", status="completed"))["result"]
     assert (result["booked"], result["seat"]) == (True, FREE)
 
