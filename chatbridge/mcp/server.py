@@ -37,13 +37,12 @@ from chatbridge.mcp.hosts import (
     Ask,
     Channel,
     ClientGone,
-    NotifyCarrier,
-    PendingRequests,
     PushCarrier,
     drive,
 )
 from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.modes import ModeNotDeclared
+from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
 from chatbridge.mcp.rounds import (
     CallStore,
     Rounds,
