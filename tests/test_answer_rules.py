@@ -24,6 +24,7 @@ from plugins.book_flight.data import search_flights, seat_map_for
 from plugins.book_flight.tool import PickFlight, PickSeat
 from plugins.pick_card.tool import RANKS, SUITS, PickedCard, pick_card
 from tests.chat_client import ChatClient
+from tests.pages import pay
 from tests.support import until_pause
 
 ROUTE = {"origin": "JFK", "destination": "LAX"}
@@ -162,7 +163,12 @@ class Stubborn:
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
         self.messages.append(params.message)
+        if params.mode == "url":  # book_flight's payment: paid on its page
+            await pay(params.url)
+            return types.ElicitResult(action="accept")
         found = extract_context(params.requested_schema, params.message)
+        if "price_usd" in found:  # book_flight's review
+            return types.ElicitResult(action="accept", content={"confirm": True})
         answers = self.answers(found)
         asked = self.asked[",".join(sorted(found))]
         self.asked[",".join(sorted(found))] += 1
@@ -200,7 +206,7 @@ async def test_mcp_refuses_an_unknown_flight_and_a_taken_seat(server: str, mode:
         result = await client.call_tool("book_flight", ROUTE)
     assert not result.is_error, result.content
     notes = refusals(person.messages)
-    assert len(notes) == 4
+    assert len(notes) == 6  # flight and seat twice each, the review, the payment
     assert notes[1].startswith(f"flight_id: {NOT_OFFERED}")
     assert notes[3].startswith(f"seat: {SEAT_TAKEN}")
     booked = result.structured_content
@@ -260,6 +266,10 @@ async def test_respond_refuses_an_unknown_flight_and_a_taken_seat(server: str) -
         seats = await asyncio.wait_for(requests.get(), 10)
         assert f"seat: {SEAT_TAKEN}" in await respond(client, seats, label(TAKEN))
         assert await respond(client, seats, label(FREE)) == ""
+        review = await asyncio.wait_for(requests.get(), 10)
+        assert await respond(client, review, {"confirm": True}) == ""
+        payment = await asyncio.wait_for(requests.get(), 10)
+        await pay(payment["url"])
         result = await asyncio.wait_for(call, 10)
     booked = result.structured_content
     assert booked is not None

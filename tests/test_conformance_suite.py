@@ -39,6 +39,7 @@ GENERAL = {
     "caching",
     "sep-2164-resource-not-found",
     "input-required-result-unsupported-methods",
+    "logging-set-level",
 }
 NOT_APPLICABLE = {
     # server-stateless probes these with the fixture tools test_missing_capability,
@@ -66,12 +67,6 @@ SPECIFIC = [
     # An Mcp-Method header naming another method than the body's: -32020 before any tool runs.
     ("0.2.0-alpha.12", "tasks-request-headers", "tasks-headers-reject-mismatched-method"),
 ]
-# Checks that apply and fail until the rest of issue 14 lands: (suite, scenario, check, who).
-PENDING = [
-    ("0.1.16", "logging-set-level", "logging-set-level", "conf"),
-    ("0.2.0-alpha.12", "logging-set-level", "logging-set-level", "conf"),
-    ("0.2.0-alpha.12", "caching", "sep-2549-resources-templates-list-caching-hints", "conf"),
-]
 # Why the other scenarios' checks may fail here: they need what only the suite's own test
 # server has (its tools, resources, prompts, completions, subscriptions, x-mcp-header tools).
 FIXTURE_ONLY = re.compile(
@@ -86,7 +81,6 @@ FIXTURE_ONLY = re.compile(
     r"|Expected InputRequiredResult"  # the multi-round fixture tool does not exist here
     r"|tools/call for failing_job"
 )
-PENDING_CHECKS = {(suite, check) for suite, _, check, _ in PENDING}
 
 
 def outcome(directory: Path) -> Checks:
@@ -153,13 +147,7 @@ def test_the_general_protocol_scenarios_pass(results: dict[str, Checks], suite: 
     ran = GENERAL & set(scenarios)
     assert {"server-initialize", "ping", "tools-list", "resources-list"} <= ran
     failed = {
-        scenario: failures(
-            [
-                c
-                for c in scenarios[scenario]
-                if c["id"] not in NOT_APPLICABLE and (suite, c["id"]) not in PENDING_CHECKS
-            ]
-        )
+        scenario: failures([c for c in scenarios[scenario] if c["id"] not in NOT_APPLICABLE])
         for scenario in ran
     }
     assert {scenario: f for scenario, f in failed.items() if f} == {}
@@ -169,36 +157,16 @@ def test_the_general_protocol_scenarios_pass(results: dict[str, Checks], suite: 
 def test_the_other_scenarios_fail_only_for_want_of_the_suites_fixtures(
     results: dict[str, Checks], suite: str
 ) -> None:
-    pending = {(scenario, check) for s, scenario, check, _ in PENDING if s == suite}
     unexplained = [
         f"{scenario}: {failure}"
         for scenario, checks in results[suite].items()
         if scenario not in GENERAL
         for check in checks
-        if check["status"] == "FAILURE" and (scenario, check["id"]) not in pending
+        if check["status"] == "FAILURE"
         for failure in failures([check])
         if not FIXTURE_ONLY.search(failure)
     ]
     assert unexplained == []
-
-
-@pytest.mark.parametrize(
-    ("suite", "scenario", "check"),
-    [
-        pytest.param(
-            suite,
-            scenario,
-            check,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"engineer {who}'s part of issue 14 has not landed yet"
-            ),
-        )
-        for suite, scenario, check, who in PENDING
-    ],
-)
-def test_pending_checks(results: dict[str, Checks], suite: str, scenario: str, check: str) -> None:
-    [found] = [c for c in results[suite][scenario] if c["id"] == check]
-    assert found["status"] == "SUCCESS", found.get("errorMessage")
 
 
 @pytest.mark.parametrize(("suite", "scenario", "check"), SPECIFIC)

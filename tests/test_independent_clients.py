@@ -27,7 +27,11 @@ from tests.npm_clients import environment, package_bin, run_script
 FLIGHTS = search_flights("JFK", "LAX")
 FIRST = FLIGHTS[0]  # the scripts pick the first flight offered and its first free seat
 SEAT = seat_map_for(FIRST.id).first_free()
-PENDING_CONF = "engineer conf's part of issue 14 (point 4) has not landed yet"
+STOPPED_AT_PAYMENT = (
+    "Tool 'book_flight' needs an answer on a web page (URL mode), and this client declared form "
+    "mode. Declare the elicitation.url capability (URL mode needs protocol 2025-11-25 or later) "
+    "to use this tool; the call was stopped."
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +69,17 @@ def assert_booked(path: dict[str, Any]) -> None:
     assert booked["ticket"].startswith(f"CB-{FIRST.id.replace('-', '')}-{SEAT}-")
 
 
-def assert_asked_flight_then_seat(path: dict[str, Any]) -> None:
-    flight, seat = path["questions"]
+def assert_asked_flight_then_seat(path: dict[str, Any], *, paid: bool = True) -> None:
+    """Flight, seat and review in forms, then (for a client that takes URL mode) the payment
+    on its page; a form-only client is never sent the payment link."""
+    flight, seat, review, *payment = path["questions"]
+    assert review["mode"] == "form" and review["properties"] == ["confirm"]
+    if paid:
+        [pay] = payment
+        assert pay["mode"] == "url" and pay["url"].startswith("http://127.0.0.1:")
+        assert pay["page"]["status"] == 200 and "4242" in pay["page"]["text"]
+    else:
+        assert payment == []
     assert flight["mode"] == "form" and flight["context"] == ["flights"]
     assert flight["message"].startswith("Select your flight from JFK to LAX:")
     assert f"{FIRST.airline} {FIRST.number}" in flight["message"]
@@ -91,10 +104,23 @@ def assert_notified(path: dict[str, Any]) -> None:
 
 
 def assert_respond_path(path: dict[str, Any]) -> None:
-    """A client that cannot elicit answers the request notifications with `_respond`."""
+    """A client that cannot elicit answers the request notifications with `_respond`, and
+    pays on the page whose link the payment's request carries."""
     assert_booked(path)
-    assert [q["type"] for q in path["questions"]] == ["pick_flight", "pick_seat"]
-    assert [a["result"]["ok"] for a in path["answers"]] == [True, True]
+    assert [q["type"] for q in path["questions"]] == [
+        "pick_flight",
+        "pick_seat",
+        "review",
+        "payment",
+    ]
+    assert path["questions"][-1] == {"type": "payment", "mode": "url", "page": 200}
+    assert [a["result"]["ok"] for a in path["answers"]] == [True, True, True]
+
+
+def assert_stopped_at_payment(path: dict[str, Any]) -> None:
+    """A form-only client books up to the payment, then gets the error naming URL mode."""
+    assert path["isError"] is True and path["text"] == [STOPPED_AT_PAYMENT]
+    assert_asked_flight_then_seat(path, paid=False)
 
 
 def assert_errors_readable(errors: dict[str, Any]) -> None:
@@ -106,20 +132,23 @@ def assert_errors_readable(errors: dict[str, Any]) -> None:
 # --- the TypeScript SDK v1, 1.32.2 (protocol 2025-11-25) ----------------------------------
 
 
-def test_sdk_1_32_books_with_pushed_forms(sdk_v1: dict[str, Any]) -> None:
+def test_sdk_1_32_with_forms_only_is_never_sent_the_payment_link(sdk_v1: dict[str, Any]) -> None:
     form = sdk_v1["form"]
     assert form["protocolVersion"] == "2025-11-25"
-    assert_booked(form)
-    assert_asked_flight_then_seat(form)
-    assert_notified(form)
-    # Its zod schemas strip x-model-context from requestedSchema: the message carries it.
+    assert_stopped_at_payment(form)
+    # Its zod schemas strip x-model-context from requestedSchema: the request's _meta carries
+    # it (the flight and seat questions found their context), and the message stays readable.
     assert not any(q["schemaHasContext"] for q in form["questions"])
+    assert "x-model-context" not in form["questions"][1]["message"]
 
 
-def test_sdk_1_32_books_when_it_takes_url_mode_too(sdk_v1: dict[str, Any]) -> None:
+def test_sdk_1_32_books_and_pays_when_it_takes_url_mode_too(sdk_v1: dict[str, Any]) -> None:
     both = sdk_v1["formAndUrl"]
     assert_booked(both)
     assert_asked_flight_then_seat(both)
+    assert_notified(both)
+    assert both["result"]["paid"] == {"last4": "4242"}
+    assert len(both["completed"]) == 1  # notifications/elicitation/complete for the payment
 
 
 def test_sdk_1_32_books_through_respond_when_it_cannot_elicit(sdk_v1: dict[str, Any]) -> None:
@@ -146,13 +175,11 @@ def test_sdk_1_32_reads_errors_a_user_understands(sdk_v1: dict[str, Any]) -> Non
     ]
 
 
-@pytest.mark.xfail(strict=True, reason=f"-32002 for unknown resources: {PENDING_CONF}")
 def test_sdk_1_32_gets_resource_not_found_for_unknown_resources(sdk_v1: dict[str, Any]) -> None:
     """2025-11-25 and before: -32002 (SEP-2164 moves 2026-07-28 to -32602)."""
     assert sdk_v1["errors"]["unknownResource"]["code"] == -32002
 
 
-@pytest.mark.xfail(strict=True, reason=f"logging/setLevel: {PENDING_CONF}")
 def test_sdk_1_32_sets_the_log_level(sdk_v1: dict[str, Any]) -> None:
     assert sdk_v1["form"]["logLevel"] == "ok"
 
@@ -160,12 +187,10 @@ def test_sdk_1_32_sets_the_log_level(sdk_v1: dict[str, Any]) -> None:
 # --- the TypeScript SDK v1, 1.17.5 (protocol 2025-06-18) ----------------------------------
 
 
-def test_sdk_1_17_books_with_pushed_forms(sdk_117: dict[str, Any]) -> None:
+def test_sdk_1_17_books_up_to_the_payment_it_cannot_take(sdk_117: dict[str, Any]) -> None:
     form = sdk_117["form"]
-    assert form["protocolVersion"] == "2025-06-18"
-    assert_booked(form)
-    assert_asked_flight_then_seat(form)
-    assert_notified(form)
+    assert form["protocolVersion"] == "2025-06-18"  # no URL mode in that version
+    assert_stopped_at_payment(form)
 
 
 def test_sdk_1_17_books_through_respond_when_it_cannot_elicit(sdk_117: dict[str, Any]) -> None:
@@ -173,7 +198,6 @@ def test_sdk_1_17_books_through_respond_when_it_cannot_elicit(sdk_117: dict[str,
     assert_errors_readable(sdk_117["errors"])
 
 
-@pytest.mark.xfail(strict=True, reason=f"no multi-select for 2025-06-18: {PENDING_CONF}")
 def test_sdk_1_17_sends_feedback(sdk_117: dict[str, Any]) -> None:
     feedback = sdk_117["feedback"]
     assert feedback["isError"] is False, feedback["text"]
@@ -198,7 +222,8 @@ def test_client_v2_books_with_pushed_forms_on_the_legacy_protocol(
     assert form["protocolVersion"] == "2025-11-25"
     assert_booked(form)
     assert_asked_flight_then_seat(form)
-    assert all(q["schemaHasContext"] for q in form["questions"])  # v2 keeps unknown keys
+    forms = [q for q in form["questions"] if q["mode"] == "form"]
+    assert len(forms) == 3 and all(q["schemaHasContext"] for q in forms)  # v2 keeps them
     assert_notified(form)
 
 
@@ -207,7 +232,6 @@ def test_client_v2_reads_errors_a_user_understands(client_v2: dict[str, Any]) ->
     assert client_v2["errors"]["unknownResource"]["message"] == "No resource 'ui://no-such-page'."
 
 
-@pytest.mark.xfail(strict=True, reason=f"SEP-2164 data.uri: {PENDING_CONF}")
 def test_client_v2_gets_invalid_params_with_the_uri_for_unknown_resources(
     client_v2: dict[str, Any],
 ) -> None:
@@ -392,7 +416,6 @@ def test_inspector_reads_a_respond_error_and_a_booking_it_cannot_answer(
     }
 
 
-@pytest.mark.xfail(strict=True, reason=f"logging/setLevel: {PENDING_CONF}")
 def test_inspector_sets_the_log_level(server: str, home: Path) -> None:
     [answer] = inspector(
         home, [f"{server}/mcp", "--method", "logging/setLevel", "--log-level", "debug"]

@@ -24,7 +24,13 @@ from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_http import RemoteChat
 from tests.servers import free_port, migrated_env, start_daphne, start_uvicorn, stop
 from tests.test_mcp import ROUTE, Person, free_seat
-from tests.test_mcp_sessions import MODERN, at_seat_question, retry, seat_answer
+from tests.test_mcp_sessions import (
+    MODERN,
+    at_seat_question,
+    paid_after_review,
+    retry,
+    seat_answer,
+)
 
 EXIT_LIMIT = 5.0
 ROUTE_FLIGHT = search_flights(ROUTE["origin"], ROUTE["destination"])[0].id
@@ -145,7 +151,9 @@ async def sigterm_with_an_mcp_call(kind: str, state: str, tmp_path: Path) -> Non
         serving(kind, env, tmp_path / "second.log") as again,
         Client(f"{again}/mcp", mode=MODERN, elicitation_callback=Person()) as client,
     ):
-        done = await retry(client, request_state, seat_answer(key, free_seat(ROUTE_FLIGHT)))
+        review = await retry(client, request_state, seat_answer(key, free_seat(ROUTE_FLIGHT)))
+        pay_key, pay_state = await paid_after_review(client, review)
+        done = await retry(client, pay_state, {pay_key: types.ElicitResult(action="accept")})
     assert isinstance(done, types.CallToolResult) and not done.is_error, done
     assert done.structured_content["booked"] is True
     assert call_status(database, call_id)[0] == "completed"

@@ -32,6 +32,7 @@ from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.data import search_flights, seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.conftest import MCP_REQUEST_TIMEOUT
+from tests.pages import pay, with_pages
 from tests.servers import free_port, migrated_env, start_uvicorn, stop
 
 ROUTE = {"origin": "JFK", "destination": "LAX"}
@@ -48,7 +49,7 @@ def booking_bridge(state_ttl: float = 900.0) -> McpBridge:
     """An in-process MCP server with book_flight, for the Client's in-memory transport."""
     return McpBridge(
         PluginRegistry([book_flight_plugin]),
-        SessionManager(sampler=LiteLLMSampler("offline/mcp")),
+        with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp"))),
         McpSettings(state_keys=[b"k" * 32], state_ttl=state_ttl),
     )
 
@@ -60,11 +61,18 @@ class Person:
         self.flight, self.bad_seat_first = flight, bad_seat_first
         self.messages: list[str] = []
         self.contexts: list[dict[str, Any]] = []
+        self.paid: list[str] = []
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
         self.messages.append(params.message)
+        if params.mode == "url":  # the payment: pay on its page, then consent
+            self.paid.append(params.url)
+            await pay(params.url)  # the server may cancel this request once the page is done
+            return types.ElicitResult(action="accept")
         found = extract_context(params.requested_schema, params.message)
         self.contexts.append(found)
+        if "price_usd" in found:
+            return types.ElicitResult(action="accept", content={"confirm": True})
         if "flights" in found:
             return types.ElicitResult(
                 action="accept", content={"flight_id": found["flights"][self.flight]["id"]}
@@ -120,9 +128,14 @@ async def test_book_flight_end_to_end(server: str, mode: str) -> None:
     assert booked["seat"] == "{row}{seat}".format(**free_seat(FLIGHTS[1].id))
     assert booked["ticket"].startswith(f"CB-{FLIGHTS[1].id.replace('-', '')}-")
     assert "LAX" in booked["tip"]  # sampled on the server
-    assert [c.keys() for c in person.contexts] == [{"flights"}, {"seat_map"}]
+    review = {"flight", "route", "departs", "seat", "price_usd"}
+    assert [c.keys() for c in person.contexts] == [{"flights"}, {"seat_map"}, review]
+    assert booked["paid"] == {"last4": "4242"}  # paid on the page: the client saw no card
+    assert len(person.paid) == 1 and person.paid[0].startswith(f"{server}/elicit/")
     assert person.messages[0].startswith("Select your flight from JFK to LAX:")
-    assert "\n\n--x-model-context: application/json\n" in person.messages[0]
+    # 2026-07-28 results are sieved to the version's schema: the message carries the context.
+    section = "\n\n--x-model-context: application/json\n"
+    assert (section in person.messages[0]) == (mode == "2026-07-28")
     if mode == "legacy":
         assert progress[0] == (1.0, 4.0, "Found 5 flights") and progress[-1][2] == "Ticket issued"
         assert {"message": "Searching flights", "origin": "JFK", "destination": "LAX"} in logs
@@ -133,23 +146,30 @@ async def test_invalid_answers_are_asked_again_with_the_errors(server: str) -> N
     async with Client(f"{server}/mcp", mode="legacy", elicitation_callback=person) as client:
         result = await client.call_tool("book_flight", ROUTE)
     assert result.structured_content["booked"] is True
-    assert len(person.messages) == 3
+    assert len(person.messages) == 5  # flight, seat twice, review, payment
     again = person.messages[2]
-    assert again.startswith("Select your seat on")
-    assert "Your previous answer was not accepted: row: Input should be a valid integer" in again
-    assert again.rstrip().endswith("}")  # the context section still closes the message
+    assert again == (
+        f"Select your seat on {FLIGHTS[0].number}\n\nYour previous answer was not accepted: row: "
+        "Input should be a valid integer, unable to parse string as an integer. Please try again."
+    )
 
 
 async def answer_requests(
     client: Client, requests: asyncio.Queue[dict[str, Any]], flight: int
 ) -> None:
-    for _ in range(2):
+    """Answer book_flight's requests: flight, seat, review through _respond; pay on the page."""
+    while True:
         request = await asyncio.wait_for(requests.get(), 10)
         context = request["context"]
+        if request["mode"] == "url":
+            await pay(request["url"])  # answered on its page: nothing to _respond
+            return
         if request["request_type"] == "pick_flight":
             payload = {"flight_id": context["flights"][flight]["id"]}
-        else:
+        elif request["request_type"] == "pick_seat":
             payload = free_seat(context["seat_map"]["flight_id"])
+        else:
+            payload = {"confirm": True}
         answer = await client.call_tool(
             "_respond", {"request_id": request["request_id"], "payload": payload}
         )
@@ -382,7 +402,7 @@ async def test_invalid_answers_are_asked_again_over_input_required_too() -> None
     async with Client(bridge.server, mode="2026-07-28", elicitation_callback=person) as client:
         result = await client.call_tool("book_flight", ROUTE)
     assert result.structured_content["booked"] is True
-    assert len(person.messages) == 3
+    assert len(person.messages) == 5
     assert "Your previous answer was not accepted: row:" in person.messages[2]
 
 

@@ -24,8 +24,9 @@ from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight import tool as book_flight_tool
 from plugins.book_flight.plugin import book_flight_plugin
+from tests.pages import pay, with_pages
 from tests.servers import ROOT, free_port, migrated_env, start_daphne, stop, wait_for_port
-from tests.test_mcp import FLIGHTS, ROUTE, Person, free_seat
+from tests.test_mcp import FLIGHTS, ROUTE, Person, answer_requests, free_seat
 
 MODERN = "2026-07-28"
 
@@ -46,7 +47,7 @@ def tickets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture
 async def bridge() -> Any:
-    manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    manager = with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp")))
     yield McpBridge(
         PluginRegistry([book_flight_plugin]), manager, McpSettings(state_keys=[b"k" * 32])
     )
@@ -89,12 +90,32 @@ async def retry(client: Client, state: str, responses: dict[str, Any]) -> Any:
     )
 
 
+async def paid_after_review(client: Client, review: Any) -> tuple[str, str]:
+    """Confirm the review, pay on the payment question's page: (its key, its requestState)."""
+    assert isinstance(review, types.InputRequiredResult), review
+    [key] = review.input_requests
+    confirm = {key: types.ElicitResult(action="accept", content={"confirm": True})}
+    payment = await retry(client, review.request_state, confirm)
+    assert isinstance(payment, types.InputRequiredResult), payment
+    [(pay_key, request)] = payment.input_requests.items()
+    assert request.params.mode == "url"
+    await pay(request.params.url)
+    return pay_key, payment.request_state
+
+
+async def at_final_retry(client: Client) -> tuple[str, str, dict[str, Any]]:
+    """A booking paid on its page: (the payment's key, its requestState, the consent)."""
+    key, state = await at_seat_question(client)
+    review = await retry(client, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
+    pay_key, pay_state = await paid_after_review(client, review)
+    return pay_key, pay_state, {pay_key: types.ElicitResult(action="accept")}
+
+
 async def test_the_final_retry_sent_twice_issues_one_ticket_and_the_same_result(
     bridge: McpBridge, tickets: list[str]
 ) -> None:
     async with Client(bridge.server, mode=MODERN, elicitation_callback=Person()) as client:
-        key, state = await at_seat_question(client)
-        answer = seat_answer(key, free_seat(FLIGHTS[0].id))
+        _, state, answer = await at_final_retry(client)
         first = await retry(client, state, answer)
         again = await retry(client, state, answer)
     assert isinstance(first, types.CallToolResult) and not first.is_error
@@ -107,8 +128,7 @@ async def test_the_final_retry_sent_twice_at_once_issues_one_ticket(
     bridge: McpBridge, tickets: list[str]
 ) -> None:
     async with Client(bridge.server, mode=MODERN, elicitation_callback=Person()) as client:
-        key, state = await at_seat_question(client)
-        answer = seat_answer(key, free_seat(FLIGHTS[0].id))
+        _, state, answer = await at_final_retry(client)
         first, second = await asyncio.gather(
             retry(client, state, answer), retry(client, state, answer)
         )
@@ -122,8 +142,10 @@ async def test_a_different_seat_for_a_consumed_state_is_a_clear_error(
 ) -> None:
     async with Client(bridge.server, mode=MODERN, elicitation_callback=Person()) as client:
         key, state = await at_seat_question(client)
-        booked = await retry(client, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
+        review = await retry(client, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
         other = await retry(client, state, seat_answer(key, {"row": 30, "seat": "F"}))
+        pay_key, pay_state = await paid_after_review(client, review)
+        booked = await retry(client, pay_state, {pay_key: types.ElicitResult(action="accept")})
     assert booked.structured_content["booked"] is True
     assert other.is_error
     assert other.content[0].text == (
@@ -171,17 +193,19 @@ async def test_a_retry_after_a_restart_resumes_the_call_from_its_journal(
             store=Store(),
         )
 
-    before = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    before = with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp")))
     async with Client(bridge_on(before).server, mode=MODERN, elicitation_callback=Person()) as c:
         key, state = await at_seat_question(c)
     [live] = [before.get(i.id) for i in before.list_active()]
     assert live is not None
     rows[live.id] = StoredCall("book_flight", ROUTE, live.journal, "awaiting_elicit", None, "")
     await before.shutdown("server restarting")
-    after = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    after = with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp")))
     try:
         async with Client(bridge_on(after).server, mode=MODERN, elicitation_callback=Person()) as c:
-            booked = await retry(c, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
+            review = await retry(c, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
+            pay_key, pay_state = await paid_after_review(c, review)
+            booked = await retry(c, pay_state, {pay_key: types.ElicitResult(action="accept")})
     finally:
         await after.shutdown("test finished")
     assert booked.structured_content["booked"] is True
@@ -235,7 +259,7 @@ def short_bridge(manager: SessionManager, request_timeout: float) -> McpBridge:
 
 
 async def test_a_pushed_question_nobody_answers_expires_as_cancel() -> None:
-    manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    manager = with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp")))
 
     async def silent(context: Any, params: Any) -> types.ElicitResult:
         await asyncio.Event().wait()
@@ -251,7 +275,7 @@ async def test_a_pushed_question_nobody_answers_expires_as_cancel() -> None:
 
 
 async def test_a_cancelled_call_aborts_its_session() -> None:
-    manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
+    manager = with_pages(SessionManager(sampler=LiteLLMSampler("offline/mcp")))
     asked = asyncio.Event()
     ended: list[str] = []
 
@@ -290,17 +314,7 @@ async def test_a_modern_client_that_opted_in_to_logs_answers_through_respond(
         f"{server}/mcp", mode=MODERN, logging_callback=on_log, log_level="notice"
     ) as client:
         call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
-        for _ in range(2):
-            request = await asyncio.wait_for(requests.get(), 10)
-            context = request["context"]
-            if request["request_type"] == "pick_flight":
-                payload = {"flight_id": context["flights"][2]["id"]}
-            else:
-                payload = free_seat(context["seat_map"]["flight_id"])
-            answered = await client.call_tool(
-                "_respond", {"request_id": request["request_id"], "payload": payload}
-            )
-            assert answered.structured_content["ok"] is True
+        await answer_requests(client, requests, flight=2)
         result = await asyncio.wait_for(call, 20)
     assert result.structured_content["flight"] == FLIGHTS[2].number
 
@@ -466,9 +480,11 @@ async def test_a_round_trip_survives_a_server_killed_between_questions(site: Sit
         async with Client(
             f"http://127.0.0.1:{port}/mcp", mode=MODERN, elicitation_callback=Person()
         ) as c:
-            answer = seat_answer(key, free_seat(FLIGHTS[0].id))
-            booked = await retry(c, state, answer)
-            again = await retry(c, state, answer)
+            review = await retry(c, state, seat_answer(key, free_seat(FLIGHTS[0].id)))
+            pay_key, pay_state = await paid_after_review(c, review)
+            consent = {pay_key: types.ElicitResult(action="accept")}
+            booked = await retry(c, pay_state, consent)
+            again = await retry(c, pay_state, consent)
     finally:
         stop(second)
     assert booked.structured_content["booked"] is True

@@ -22,6 +22,7 @@ _KEEP = (
     "maximum",
     "minLength",
     "maxLength",
+    "pattern",
 )
 
 

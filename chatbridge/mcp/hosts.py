@@ -7,8 +7,18 @@ notifications, puts questions to the client and hands answers back with
 
 - ``PushCarrier``: legacy clients that declare elicitation get ``elicitation/create``
   mid-call, with a timeout (the question expires: the tool sees Cancel).
-- ``NotifyCarrier``: clients that cannot elicit get a ``type: "request"`` log notification and
-  answer with the ``_respond`` tool (BIDIR-6 option A), from the same MCP session and caller.
+- ``NotifyCarrier`` (in ``respond``): clients that cannot elicit get a ``type: "request"`` log
+  notification and answer with the ``_respond`` tool (BIDIR-6 option A).
+
+Where a question's context travels (DESIGN §4 prefers the schema, the message is the fallback):
+a pushed ``elicitation/create`` is a request, not a result, so its ``requestedSchema`` reaches
+the client with ``x-model-context`` intact, and the same context rides in the request's
+``_meta["x-model-context"]`` for clients whose parsers drop unknown schema keywords but keep
+``_meta`` (the TypeScript SDK v1's zod schemas); its message stays what the tool wrote,
+readable, without the JSON section (generic clients show the message to a person). A 2026-07-28
+``inputRequests`` entry is part of a result, which the SDK sieves to the version's schema and so
+strips ``x-model-context``: there the message section is the only carrier and stays. Request
+notifications carry the context as a field of their own.
 """
 
 from __future__ import annotations
@@ -16,10 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 import warnings
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -33,19 +41,20 @@ from chatbridge.core.elicit import (
     Decline,
     ElicitRequest,
     ElicitResult,
-    result_from_dict,
 )
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, format_errors
-from chatbridge.core.model_context import encode_message, with_context
+from chatbridge.core.model_context import CONTEXT_KEY, encode_message, with_context
 from chatbridge.core.sessions import PluginSession
+from chatbridge.mcp.levels import hears
+from chatbridge.mcp.modes import ModeNotDeclared, modes_of
+from chatbridge.mcp.schemas import for_version, read_back
+from chatbridge.mcp.urls import answered_by_page, url_params
 
 __all__ = [
     "MAX_ATTEMPTS",
     "Channel",
     "ClientGone",
-    "NotifyCarrier",
-    "PendingRequests",
     "PushCarrier",
     "deliver",
     "drive",
@@ -69,14 +78,19 @@ def errors_text(exc: ElicitValidationError) -> str:
 
 
 def wire_request(
-    request: ElicitRequest, flat: dict[str, Any], note: str = ""
+    request: ElicitRequest, flat: dict[str, Any], note: str = "", *, context_in_message: bool
 ) -> types.ElicitRequestFormParams:
-    """The form elicitation for ``request``: flat schema + ``x-model-context``, message with the
-    boundary section; ``note`` (validation errors) goes before the boundary."""
+    """The form elicitation for ``request``: flat schema + ``x-model-context``; ``note``
+    (validation errors) after the message, and the boundary section last where the schema's
+    extension does not reach the client (``context_in_message``)."""
     message = f"{request.message}\n\n{note}" if note else request.message
+    if context_in_message:
+        message = encode_message(message, request.context)
+    meta: dict[str, Any] | None = None
+    if request.context and not context_in_message:
+        meta = {CONTEXT_KEY: request.context}
     return types.ElicitRequestFormParams(
-        message=encode_message(message, request.context),
-        requested_schema=with_context(flat, request.context),
+        message=message, requested_schema=with_context(flat, request.context), _meta=meta
     )
 
 
@@ -105,15 +119,23 @@ async def deliver(session: PluginSession, request: ElicitRequest, answer: Elicit
 
 
 class Channel:
-    """The notifications of one MCP request: logs (where delivered) and progress."""
+    """The notifications of one MCP request: logs (where delivered) and progress.
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        self.ctx = ctx
+    Progress MUST increase with each notification (basic/utilities/progress): a value not above
+    the last one sent (``progressed``; a 2026-07-28 round starts from the call's previous
+    round) is not sent.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], progressed: float = -1.0) -> None:
+        self.ctx, self.progressed = ctx, progressed
 
     async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
         """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request with
         ``_meta["io.modelcontextprotocol/logLevel"]``; the SDK drops what they did not ask for)
-        but the only notification both protocol eras deliver, so DESIGN §6 uses it."""
+        but the only notification both protocol eras deliver, so DESIGN §6 uses it. Nothing
+        below the level the client asked for is sent (``levels.hears``)."""
+        if not hears(self.ctx, level):
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             await self.ctx.session.send_log_message(
@@ -129,34 +151,54 @@ class Channel:
                 data = {"message": event.message, **event.data}
                 await self.send_log(event.level, data, "chatbridge.tool")
             elif event.type == "progress" and event.progress is not None:
+                if event.progress <= self.progressed:
+                    return
+                self.progressed = event.progress
                 await self.ctx.session.report_progress(event.progress, event.total, event.message)
         except MCPError as exc:  # a notification that cannot be sent is not the tool's problem
             logger.info("notification to the MCP client failed: %s", exc)
 
 
-async def drive(session: PluginSession, channel: Channel, ask: Ask) -> SessionEvent:
+async def drive(
+    session: PluginSession,
+    channel: Channel,
+    ask: Ask,
+    completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
+) -> SessionEvent:
     """Carry ``session``'s events to the client until it ends; return its terminal event.
 
-    ``ClientGone`` (or cancellation of the MCP request) leaves the session to the caller.
+    ``completed`` is told of each URL question its page answered. ``ClientGone``,
+    ``ModeNotDeclared`` (or cancellation of the MCP request) leave the session to the caller.
     """
     while True:
         event = await session.next_event()
         if event.type in ("log", "progress"):
             await channel.forward(event)
         elif event.type == "elicit":
-            await _put(session, event.request, ask)
+            await _put(session, event.request, ask, completed)
         else:
             return event
 
 
-async def _put(session: PluginSession, request: ElicitRequest, ask: Ask) -> None:
-    """Ask until the question is settled, the carrier settles it, or the session ends it."""
+async def _put(
+    session: PluginSession,
+    request: ElicitRequest,
+    ask: Ask,
+    completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
+) -> None:
+    """Ask until the question is settled, the carrier settles it, or the session ends it.
+
+    A URL question answered on its page is reported to ``completed`` before the carrier's
+    request (consent, or the wait after it) is given up.
+    """
     note = ""
     while True:
         asking = asyncio.ensure_future(ask(request, note))
         closed = asyncio.ensure_future(session.question_closed(request.id))
         try:
             await asyncio.wait({asking, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if closed.done() and completed is not None and answered_by_page(session, request):
+                await completed(request)
         finally:
             closed.cancel()
             if not asking.done():
@@ -189,9 +231,20 @@ class PushCarrier:
     ) -> None:
         self.ctx, self.flat, self.timeout = ctx, flat, timeout
         self.session, self.heartbeat = session, heartbeat
+        self.modes = modes_of(ctx)
 
     async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
-        params = wire_request(request, self.flat[request.key], note)
+        if request.mode not in self.modes:
+            raise ModeNotDeclared(request.tool_name, request.mode, self.modes)
+        version = self.ctx.protocol_version
+        flat = self.flat[request.key]
+        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams
+        if request.mode == "url":
+            params = url_params(request)
+        else:
+            params = wire_request(
+                request, for_version(flat, version), note, context_in_message=False
+            )
         asking = asyncio.ensure_future(
             self.ctx.session.send_request(
                 types.ElicitRequest(params=params),
@@ -218,7 +271,21 @@ class PushCarrier:
             logger.info("%s: no answer in %.1fs: the question expires", request.id, self.timeout)
             await self.session.expire()
             return None
-        return from_wire(answer.action, answer.content)
+        if request.mode == "url" and answer.action == "accept":
+            # Consent only: the page answers. Wait (pinging) until the question closes, which
+            # ends this wait from outside (``_put``).
+            await self._heartbeat()
+            raise ClientGone("the client stopped answering pings")
+        return from_wire(answer.action, read_back(answer.content, flat, version))
+
+    async def completed(self, request: ElicitRequest) -> None:
+        """``notifications/elicitation/complete``: the page of ``request`` was answered."""
+        try:
+            await self.ctx.session.send_elicit_complete(
+                str(request.id), related_request_id=self.ctx.request_id
+            )
+        except MCPError as exc:
+            logger.info("elicitation/complete to the MCP client failed: %s", exc)
 
     async def _heartbeat(self) -> None:
         """Return when the client fails to answer a ping in time."""
@@ -234,100 +301,3 @@ class PushCarrier:
             except MCPError as exc:
                 logger.info("MCP client did not answer a ping: %s", exc.error.message)
                 return
-
-
-@dataclass
-class _Waiting:
-    session: PluginSession
-    request: ElicitRequest
-    client: str  # the MCP session the question went to
-    caller: str  # the Authorization digest it went to
-    settled: asyncio.Future[None]
-
-
-@dataclass
-class PendingRequests:
-    """BIDIR-6 requests waiting for ``_respond``, by request id, across concurrent calls."""
-
-    waiting: dict[str, _Waiting] = field(default_factory=dict)
-
-    def open(self, session: PluginSession, request: ElicitRequest, client: str, caller: str) -> str:
-        request_id = f"req_{uuid.uuid4().hex}"
-        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiting[request_id] = _Waiting(session, request, client, caller, settled)
-        return request_id
-
-    def close(self, request_id: str) -> None:
-        self.waiting.pop(request_id, None)
-
-    async def respond(self, request_id: str, payload: Any, client: str, caller: str) -> str:
-        """Deliver an answer from ``client``/``caller``. ``KeyError`` for ids that are unknown,
-        settled, or were sent to someone else; returns "" when settled, else the errors (the
-        request stays open)."""
-        waiting = self.waiting.get(request_id)
-        if (
-            waiting is None
-            or (waiting.client, waiting.caller) != (client, caller)
-            or waiting.settled.done()
-        ):
-            raise KeyError(request_id)
-        if (
-            isinstance(payload, dict)
-            and payload.get("action") in ("accept", "decline", "cancel")
-            and set(payload) <= {"action", "content"}
-        ):
-            answer = result_from_dict(payload)
-        elif isinstance(payload, dict):
-            answer = Accept(payload)
-        else:
-            return "Your previous answer was not accepted: payload: must be an object."
-        note = await deliver(waiting.session, waiting.request, answer)
-        if not note and not waiting.settled.done():
-            waiting.settled.set_result(None)
-        return note
-
-
-class NotifyCarrier:
-    """No elicitation: a request notification, answered through ``_respond`` within ``timeout``."""
-
-    def __init__(
-        self,
-        channel: Channel,
-        flat: dict[str, dict[str, Any]],
-        pending: PendingRequests,
-        timeout: float,
-        session: PluginSession,
-        client: str,
-        caller: str,
-    ) -> None:
-        self.channel, self.flat, self.pending, self.timeout = channel, flat, pending, timeout
-        self.session, self.client, self.caller = session, client, caller
-
-    async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
-        request_id = self.pending.open(self.session, request, self.client, self.caller)
-        settled = self.pending.waiting[request_id].settled
-        try:
-            message = f"{request.message}\n\n{note}" if note else request.message
-            await self.channel.send_log(
-                "notice",
-                {
-                    "type": "request",
-                    "request_id": request_id,
-                    "request_type": request.key,
-                    "message": message,
-                    "schema": self.flat[request.key],
-                    "context": request.context,
-                    "timeout_ms": int(self.timeout * 1000),
-                    "respond_with": "_respond",
-                },
-                "chatbridge.request",
-            )
-            await asyncio.wait_for(asyncio.shield(settled), self.timeout)
-        except TimeoutError:
-            logger.info("request %s timed out after %.1fs: Cancel", request_id, self.timeout)
-            await self.session.expire()
-        except MCPError as exc:
-            raise ClientGone(exc.error.message) from exc
-        finally:
-            self.pending.close(request_id)
-        return None

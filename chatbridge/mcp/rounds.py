@@ -35,7 +35,10 @@ from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
+from chatbridge.mcp.modes import ModeNotDeclared, modes_of
+from chatbridge.mcp.urls import url_params
 
 __all__ = ["CallStore", "RoundState", "Rounds", "StoredCall", "final_result"]
 
@@ -65,14 +68,22 @@ class CallStore(Protocol):
 
 @dataclass(frozen=True)
 class RoundState:
-    """What ``requestState`` holds: which call, which question, whose."""
+    """What ``requestState`` holds: which call, which question, whose; ``url`` for a URL
+    question (its answer comes from its page: the client's is consent only)."""
 
     call_id: str
     elicit_id: str
     caller: str
+    url: bool = False
 
     def dump(self) -> str:
-        data = {"call": self.call_id, "elicit": self.elicit_id, "caller": self.caller}
+        data: dict[str, Any] = {
+            "call": self.call_id,
+            "elicit": self.elicit_id,
+            "caller": self.caller,
+        }
+        if self.url:
+            data["url"] = True
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -84,7 +95,7 @@ class RoundState:
         call, elicit, caller = (data.get(k) for k in ("call", "elicit", "caller"))
         if not (isinstance(call, str) and isinstance(elicit, str) and isinstance(caller, str)):
             raise ValueError("requestState lacks call, elicit or caller")
-        return cls(call, elicit, caller)
+        return cls(call, elicit, caller, data.get("url") is True)
 
 
 def result_of(value: Any) -> types.CallToolResult:
@@ -111,7 +122,7 @@ def final_result(
     if status == "completed":
         return result_of(result)
     if status == "failed":
-        return error_of(f"The tool failed: {error}")
+        return error_of(public_failure(error))
     if aborted_by.startswith("operator"):
         return error_of(f"An operator stopped this tool call: {error}")
     if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
@@ -145,13 +156,22 @@ class Rounds:
         ttl: float,
         store: CallStore | None = None,
         clock: Callable[[], float] = time.monotonic,
+        url_wait: float = 20.0,
     ) -> None:
+        """``url_wait``: how long a retry waits for a URL question's page before it answers
+        with a ``requestState``-only ``input_required``."""
         self.manager, self.flat, self.ttl, self.store = manager, flat, ttl, store
+        self.url_wait = url_wait
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
         self._ended: dict[str, _Ended] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._aborts: set[asyncio.Task[None]] = set()
+        self._progressed: dict[str, float] = {}  # the last progress sent, by live call
+        self._asked: dict[str, str] = {}  # the question last returned, by live call
+        # Calls between rounds: a URL question's page lets one run on, and end, before the
+        # next retry, after which the manager no longer lists it; its events wait here.
+        self._live: dict[str, PluginSession] = {}
 
     async def start(
         self,
@@ -191,7 +211,7 @@ class Rounds:
     ) -> Outcome:
         self._prune()
         call_id, caller = state.call_id, state.caller
-        session = self.manager.get(call_id)
+        session = self.manager.get(call_id) or self._live.get(call_id)
         ended = self._ended.get(call_id)
         if session is None and ended is None:
             stored = await self.store.load(call_id) if self.store is not None else None
@@ -212,8 +232,10 @@ class Rounds:
             outcome = await self._advance(session, caller, channel)  # resumed: to its question
             if isinstance(outcome, types.CallToolResult):
                 session, ended = None, self._ended.get(call_id)
-        raw = responses.get(state.elicit_id)
+        raw = responses.get(state.elicit_id)  # other keys are not ours to read: ignored
         pending = session.pending if session is not None else None
+        if state.url:
+            return await self._url_retry(session, ended, state, raw, channel)
         if session is not None and pending is not None and str(pending.id) == state.elicit_id:
             if raw is None:
                 errors = session.pending_errors
@@ -231,6 +253,42 @@ class Rounds:
         if session is not None:  # between questions: drive on to the next one
             return await self._advance(session, caller, channel)
         assert ended is not None
+        return ended.result
+
+    async def _url_retry(
+        self,
+        session: PluginSession | None,
+        ended: _Ended | None,
+        state: RoundState,
+        raw: Any,
+        channel: Channel,
+    ) -> Outcome:
+        """A retry naming a URL question: consent (or nothing) waits for the page a while;
+        decline and cancel end the question; once the page answered, the call goes on."""
+        caller = state.caller
+        pending = session.pending if session is not None else None
+        if session is not None and pending is not None and str(pending.id) == state.elicit_id:
+            answer = _answer(raw) if raw is not None else None
+            if answer is not None and not answer.accepted:
+                await deliver(session, pending, answer)
+                return await self._advance(session, caller, channel)
+            closed = asyncio.ensure_future(session.question_closed(pending.id))
+            try:
+                await asyncio.wait_for(asyncio.shield(closed), self.url_wait)
+            except TimeoutError:
+                return types.InputRequiredResult(request_state=state.dump())
+            finally:
+                closed.cancel()
+            return await self._advance(session, caller, channel)
+        if ended is None:
+            ended = self._ended.get(state.call_id)
+        if session is not None and (ended is None or not session.finished):
+            pending = session.pending
+            if pending is not None and self._asked.get(session.id) == str(pending.id):
+                return self._input_required(pending, caller, "")  # already handed out
+            return await self._advance(session, caller, channel)  # on, or to its queued end
+        if ended is None:
+            return error_of("This tool call is no longer known to the server (it expired).")
         return ended.result
 
     def _same_answer(
@@ -261,14 +319,23 @@ class Rounds:
 
     async def _advance(self, session: PluginSession, caller: str, channel: Channel) -> Outcome:
         """Run the session on to its next question (``input_required``) or its end."""
+        channel.progressed = self._progressed.get(session.id, channel.progressed)
         while True:
             event = await session.next_event()
             if event.type in ("log", "progress"):
                 await channel.forward(event)
+                self._progressed[session.id] = channel.progressed
             elif event.type == "elicit":
+                modes = modes_of(channel.ctx)
+                if event.request.mode not in modes:
+                    refusal = ModeNotDeclared(event.request.tool_name, event.request.mode, modes)
+                    return await self._stop(session, str(refusal))
                 self._arm(session)
+                self._asked[session.id] = str(event.request.id)
+                self._live[session.id] = session
                 return self._input_required(event.request, caller, "")
             else:
+                self._forget(session.id)
                 result = _terminal_result(session, event)
                 self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
                 return result
@@ -276,14 +343,32 @@ class Rounds:
     def _input_required(
         self, request: ElicitRequest, caller: str, note: str
     ) -> types.InputRequiredResult:
-        state = RoundState(request.call_id, str(request.id), caller)
+        url = request.mode == "url"
+        state = RoundState(request.call_id, str(request.id), caller, url)
         flat = self.flat[request.tool_name][request.key]
+        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams = (
+            url_params(request, with_id=False)
+            if url
+            else wire_request(request, flat, note, context_in_message=True)
+        )
         return types.InputRequiredResult(
-            input_requests={
-                str(request.id): types.ElicitRequest(params=wire_request(request, flat, note))
-            },
+            input_requests={str(request.id): types.ElicitRequest(params=params)},
             request_state=state.dump(),
         )
+
+    async def _stop(self, session: PluginSession, reason: str) -> types.CallToolResult:
+        """End a call whose question this client cannot take; ``reason`` is its result."""
+        await session.abort(reason)
+        await session.wait_finished()
+        self._forget(session.id)
+        result = error_of(reason)
+        self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
+        return result
+
+    def _forget(self, call_id: str) -> None:
+        self._live.pop(call_id, None)
+        self._progressed.pop(call_id, None)
+        self._asked.pop(call_id, None)
 
     @contextlib.asynccontextmanager
     async def _round(self, call_id: str) -> AsyncIterator[None]:
@@ -317,6 +402,7 @@ class Rounds:
 
     def _expire(self, session: PluginSession) -> None:
         self._timers.pop(session.id, None)
+        self._forget(session.id)
         lock = self._locks.get(session.id)
         if lock is not None and not lock.locked():
             del self._locks[session.id]

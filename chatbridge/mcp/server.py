@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -32,16 +31,18 @@ from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
+from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
     Ask,
     Channel,
     ClientGone,
-    NotifyCarrier,
-    PendingRequests,
     PushCarrier,
     drive,
 )
+from chatbridge.mcp.levels import hears, set_level
+from chatbridge.mcp.modes import ModeNotDeclared
+from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
 from chatbridge.mcp.rounds import (
     CallStore,
     Rounds,
@@ -51,12 +52,14 @@ from chatbridge.mcp.rounds import (
     result_of,
 )
 from chatbridge.mcp.tasks import TaskCluster, Tasks, install
+from chatbridge.mcp.urls import request_origin
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
 RESPOND_TOOL = "_respond"
+RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
 _RESPOND_SCHEMA = {
     "type": "object",
     "properties": {
@@ -71,11 +74,12 @@ _RESPOND_SCHEMA = {
 CLIENT_GONE = "the MCP client went away"
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
-    "elicitation capability and did not opt in to log notifications for this request. Either "
-    "declare the elicitation capability (questions then come back as input_required), or call "
-    'again with _meta {{"io.modelcontextprotocol/logLevel": "notice"}}: each question then '
-    "arrives as a notifications/message of type 'request', answered by calling the "
-    "{respond!r} tool with its request_id and payload."
+    "elicitation capability and its logging level hides the notices questions travel as. "
+    "Either declare the elicitation capability, or receive log notifications at level "
+    "'notice' (logging/setLevel on protocols up to 2025-11-25; on 2026-07-28 call again with "
+    '_meta {{"io.modelcontextprotocol/logLevel": "notice"}}): each question then arrives as a '
+    "notifications/message of type 'request', answered by calling the {respond!r} tool with "
+    "its request_id and payload."
 )
 
 
@@ -91,6 +95,7 @@ class McpSettings:
     state_ttl: float = 900.0
     request_timeout: float = 120.0
     heartbeat: float = 5.0  # seconds between pings of a client that is being asked
+    url_wait: float = 20.0  # a 2026-07-28 retry waits this long for a URL question's page
     name: str = "chatbridge"
 
 
@@ -149,7 +154,9 @@ class McpBridge:
         }
         self.manager, self.settings = manager, settings
         self.pending = PendingRequests()
-        self.rounds = Rounds(manager, self.flat, settings.state_ttl, store)
+        self.rounds = Rounds(
+            manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
+        )
         self._aborts: set[asyncio.Task[None]] = set()
         self.server: Server[Any] = Server(
             settings.name,
@@ -157,6 +164,7 @@ class McpBridge:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
             get_tool_input_schema=self._input_schema,
         )
@@ -164,6 +172,9 @@ class McpBridge:
         self.server.middleware.append(
             RequestStateBoundary(security, default_audience=settings.name)
         )
+        # Registered after construction: the constructor's on_set_logging_level warns that
+        # logging is deprecated on 2026-07-28, where the SDK refuses the method anyway.
+        self.server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
         self.tasks = Tasks(
             manager,
             self.tools,
@@ -229,12 +240,23 @@ class McpBridge:
             ]
         )
 
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """None: every resource is listed by its URI. Served because a server that declares
+        ``resources`` answers ``resources/templates/list`` too (required on 2026-07-28)."""
+        return types.ListResourceTemplatesResult(resource_templates=[])
+
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         if uri not in self.ui_uris or self.render_ui is None:
-            raise MCPError(types.INVALID_PARAMS, f"No resource {uri!r}.")
+            # -32002 up to 2025-11-25 (server/resources, error handling); SEP-2164 moved
+            # 2026-07-28 to -32602 and retired -32002. Both carry the URI in data.
+            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            code = types.INVALID_PARAMS if modern else RESOURCE_NOT_FOUND
+            raise MCPError(code, f"No resource {uri!r}.", data={"uri": uri})
         html = self.render_ui(uri)
         return types.ReadResourceResult(
             contents=[
@@ -262,21 +284,15 @@ class McpBridge:
             if can_elicit and modern:
                 return await self._round(ctx, tool, arguments, params)
             asks = bool(tool.elicits) or tool.needs_approval
-            if not can_elicit and modern and asks and not self._hears_requests(ctx):
+            if not can_elicit and asks and not hears(ctx, "notice"):
                 return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
             return await self._run(ctx, tool, arguments, push=can_elicit)
         except MCPError:
             raise
-        except ChatBridgeError as exc:
-            return error_of(str(exc))
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
-            logger.exception("MCP call of %s failed", tool.name)
-            return error_of(f"The tool failed: {type(exc).__name__}: {exc}")
-
-    @staticmethod
-    def _hears_requests(ctx: ServerRequestContext[Any, Any]) -> bool:
-        """Did this 2026-07-28 request opt in to the log level request notifications use?"""
-        return "notice" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+            if not isinstance(exc, ChatBridgeError):
+                logger.exception("MCP call of %s failed", tool.name)
+            return error_of(public_failure(f"{type(exc).__name__}: {exc}"))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
         return _mcp_session(ctx) or _caller(ctx)
@@ -293,6 +309,7 @@ class McpBridge:
         meta = {
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
+            "origin": request_origin(ctx),
             "caller": _caller(ctx),
             "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
@@ -319,8 +336,13 @@ class McpBridge:
                 _mcp_session(ctx),
                 _caller(ctx),
             )
+        completed = ask.completed if isinstance(ask, PushCarrier) else None
         try:
-            event = await drive(session, channel, ask)
+            event = await drive(session, channel, ask, completed)
+        except ModeNotDeclared as exc:
+            await session.abort(str(exc))
+            await session.wait_finished()
+            return error_of(str(exc))
         except ClientGone as exc:
             logger.info("MCP call %s: the client went away (%s)", session.id, exc)
             await session.abort(CLIENT_GONE)
@@ -351,7 +373,7 @@ class McpBridge:
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller(ctx)
-        meta = {"transport": "mcp-mrtr", "client": self._client(ctx)}
+        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": request_origin(ctx)}
         channel = Channel(ctx)
         if params.request_state is None:
             call_id = f"mcp_{uuid.uuid4().hex}"

@@ -57,6 +57,7 @@ from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.rounds import Rounds, StoredCall, error_of, final_result
+from chatbridge.mcp.urls import request_origin
 
 __all__ = [
     "TASKS_EXTENSION",
@@ -129,14 +130,6 @@ def _dump(model: Any) -> dict[str, Any]:
 
 def _asks(tool: McpTool[Any, Any]) -> bool:
     return bool(tool.elicits) or tool.needs_approval
-
-
-def _origin(ctx: ServerRequestContext[Any, Any]) -> str:
-    """scheme://host[:port] of the HTTP request: the links of a task's URL questions (its
-    pages) are absolute, on the server the client reached (``CHATBRIDGE_PUBLIC_URL`` wins)."""
-    url = getattr(getattr(ctx, "request", None), "url", None)
-    scheme, netloc = getattr(url, "scheme", ""), getattr(url, "netloc", "")
-    return f"{scheme}://{netloc}" if scheme and netloc else ""
 
 
 def _not_found(message: str = NOT_FOUND) -> MCPError:
@@ -214,7 +207,11 @@ class Tasks(Extension):
         ):
             return await call_next(ctx)
         call_id = self._new_id(self._caller(ctx))
-        meta = {"transport": TRANSPORT, "client": self._client(ctx), "origin": _origin(ctx)}
+        meta = {
+            "transport": TRANSPORT,
+            "client": self._client(ctx),
+            "origin": request_origin(ctx),  # links of its URL questions are absolute
+        }
         try:
             session = await self.manager.create(
                 tool, dict(params.arguments or {}), call_id=call_id, meta=meta
@@ -231,21 +228,23 @@ class Tasks(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         self._check(ctx, params.task_id)
-        task = await self._serve("get", params.task_id, {}, origin=_origin(ctx))
+        task = await self._serve("get", params.task_id, {}, origin=request_origin(ctx))
         return {"resultType": "complete", **task}
 
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
     ) -> HandlerResult:
         self._check(ctx, params.task_id)
-        await self._serve("update", params.task_id, params.input_responses, origin=_origin(ctx))
+        await self._serve(
+            "update", params.task_id, params.input_responses, origin=request_origin(ctx)
+        )
         return {"resultType": "complete"}
 
     async def _cancel(
         self, ctx: ServerRequestContext[Any, Any], params: TaskParams
     ) -> HandlerResult:
         self._check(ctx, params.task_id)
-        await self._serve("cancel", params.task_id, {}, origin=_origin(ctx))
+        await self._serve("cancel", params.task_id, {}, origin=request_origin(ctx))
         return {"resultType": "complete"}
 
     def _check(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> None:
@@ -383,6 +382,8 @@ class Tasks(Extension):
             if raw is None:
                 return  # keys that are not open are ignored (spec: SHOULD)
             answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
+            if pending.mode == "url" and answer.action == "accept":
+                return  # consent only: the question's page answers it (mcp/urls.py)
             await deliver(session, pending, from_wire(answer.action, answer.content))
             self._arm(session)
             await self._settled(session)

@@ -6,10 +6,14 @@
 const BOUNDARY = "--x-model-context: application/json\n";
 export const TEST_CARD = "4242 4242 4242 4242";
 
-/** The context a question carries: the schema's `x-model-context`, else the message's section. */
+/** The context a question carries: the schema's `x-model-context`, else the request's
+ * `_meta["x-model-context"]` (kept by parsers that strip unknown schema keys), else the
+ * message's section (2026-07-28, whose results carry neither). */
 export function contextOf(params) {
   const fromSchema = params.requestedSchema?.["x-model-context"];
   if (fromSchema && typeof fromSchema === "object") return fromSchema;
+  const fromMeta = params._meta?.["x-model-context"];
+  if (fromMeta && typeof fromMeta === "object") return fromMeta;
   const message = params.message ?? "";
   const at = message.lastIndexOf(BOUNDARY);
   if (at < 0) return {};

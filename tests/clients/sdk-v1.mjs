@@ -7,7 +7,7 @@
 // (a client that cannot elicit answers the request notifications with `_respond`), feedback (send_feedback: an approval, then a form
 // with every kind of field), errors (what a user reads when something is wrong).
 
-import { answering, formAnswer, runPaths } from "./answers.mjs";
+import { answering, completePage, formAnswer, runPaths } from "./answers.mjs";
 
 const [pkg, url, ...selected] = process.argv.slice(2);
 const { Client } = await import(`${pkg}/client/index.js`);
@@ -96,6 +96,12 @@ async function respond() {
     logs.push(n.params);
     const data = n.params.data;
     if (data?.type !== "request") return;
+    if (data.mode === "url") {
+      // Answered on its page (the payment); `_respond` could only decline it.
+      const page = await completePage(data.url);
+      questions.push({ type: data.request_type, mode: "url", page: page.status });
+      return;
+    }
     const params = {
       message: data.message,
       requestedSchema: { ...data.schema, "x-model-context": data.context },

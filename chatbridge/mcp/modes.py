@@ -1,0 +1,61 @@
+"""Which elicitation modes a client takes, and what a call tells one that cannot take a question.
+
+client/elicitation (2025-11-25, 2026-07-28): a client declares ``elicitation: {form: {}, url:
+{}}`` or either alone; an empty ``elicitation: {}`` means form only (how 2025-06-18 clients
+declare it), and URL mode exists from 2025-11-25 on. Servers MUST NOT send a mode the client did
+not declare. Which mode a call needs is known only when the tool asks (``ctx.elicit`` or
+``ctx.elicit_url``), so a question this client cannot take ends the call there with an error
+result that names what to declare; the session is aborted, so nothing waits for an answer that
+cannot come.
+
+URLElicitationRequiredError (-32042, 2025-11-25 only) is not used: it asks a client that *can*
+take URL mode to complete links before retrying a request, for servers that cannot push; we push
+(legacy) or return the link in ``inputRequests`` (2026-07-28).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
+
+__all__ = ["ModeNotDeclared", "Mode", "declared_modes", "modes_of"]
+
+Mode = Literal["form", "url"]
+_URL_SINCE = "2025-11-25"
+
+
+class ModeNotDeclared(Exception):  # noqa: N818 - reads as the situation, like ClientGone
+    """The tool asked a question in a mode this client did not declare."""
+
+    def __init__(self, tool: str, mode: str, declared: frozenset[str]) -> None:
+        self.tool, self.mode = tool, mode
+        have = " and ".join(f"{m} mode" for m in sorted(declared)) or "no elicitation"
+        what = "on a web page (URL mode)" if mode == "url" else "in a form (form mode)"
+        need = "elicitation.url" if mode == "url" else "elicitation.form"
+        hint = " (URL mode needs protocol 2025-11-25 or later)" if mode == "url" else ""
+        super().__init__(
+            f"Tool {tool!r} needs an answer {what}, and this client declared {have}. Declare "
+            f"the {need} capability{hint} to use this tool; the call was stopped."
+        )
+
+
+def declared_modes(capabilities: types.ClientCapabilities | None, version: str) -> frozenset[str]:
+    """The elicitation modes ``capabilities`` declare, as ``version`` reads them."""
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is None:
+        return frozenset()
+    url_known = version in KNOWN_PROTOCOL_VERSIONS and KNOWN_PROTOCOL_VERSIONS.index(
+        version
+    ) >= KNOWN_PROTOCOL_VERSIONS.index(_URL_SINCE)
+    form, url = elicitation.form is not None, elicitation.url is not None
+    if not form and not url:
+        return frozenset({"form"})  # `elicitation: {}`: form only (backwards compatibility)
+    return frozenset(m for m, on in (("form", form), ("url", url and url_known)) if on)
+
+
+def modes_of(ctx: ServerRequestContext[Any, Any]) -> frozenset[str]:
+    """The elicitation modes of the client making this request."""
+    return declared_modes(ctx.session.client_capabilities, ctx.protocol_version)

@@ -1,0 +1,128 @@
+"""Questions for clients that cannot elicit: request notifications answered with ``_respond``.
+
+BIDIR-6 option A (DESIGN §6): a question goes out as a ``notifications/message`` of type
+``request`` (its key, message, schema or, for a URL question, its link, context and timeout);
+the client answers by calling the ``_respond`` tool with the request id, from the same MCP
+session and caller the request went to. The answer goes to the session like any other, which
+validates it; an unanswered request expires and the tool sees ``Cancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+
+from chatbridge.core.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
+from chatbridge.core.sessions import PluginSession
+from chatbridge.mcp.hosts import Channel, ClientGone, deliver
+
+__all__ = ["NotifyCarrier", "PendingRequests"]
+
+logger = logging.getLogger("chatbridge.mcp")
+
+
+@dataclass
+class _Waiting:
+    session: PluginSession
+    request: ElicitRequest
+    client: str  # the MCP session the question went to
+    caller: str  # the Authorization digest it went to
+    settled: asyncio.Future[None]
+
+
+@dataclass
+class PendingRequests:
+    """BIDIR-6 requests waiting for ``_respond``, by request id, across concurrent calls."""
+
+    waiting: dict[str, _Waiting] = field(default_factory=dict)
+
+    def open(self, session: PluginSession, request: ElicitRequest, client: str, caller: str) -> str:
+        request_id = f"req_{uuid.uuid4().hex}"
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = _Waiting(session, request, client, caller, settled)
+        return request_id
+
+    def close(self, request_id: str) -> None:
+        self.waiting.pop(request_id, None)
+
+    async def respond(self, request_id: str, payload: Any, client: str, caller: str) -> str:
+        """Deliver an answer from ``client``/``caller``. ``KeyError`` for ids that are unknown,
+        settled, or were sent to someone else; returns "" when settled, else the errors (the
+        request stays open)."""
+        waiting = self.waiting.get(request_id)
+        if (
+            waiting is None
+            or (waiting.client, waiting.caller) != (client, caller)
+            or waiting.settled.done()
+        ):
+            raise KeyError(request_id)
+        if (
+            isinstance(payload, dict)
+            and payload.get("action") in ("accept", "decline", "cancel")
+            and set(payload) <= {"action", "content"}
+        ):
+            answer = result_from_dict(payload)
+        elif isinstance(payload, dict):
+            answer = Accept(payload)
+        else:
+            return "Your previous answer was not accepted: payload: must be an object."
+        note = await deliver(waiting.session, waiting.request, answer)
+        if not note and not waiting.settled.done():
+            waiting.settled.set_result(None)
+        return note
+
+
+class NotifyCarrier:
+    """No elicitation: a request notification, answered through ``_respond`` within ``timeout``."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        flat: dict[str, dict[str, Any]],
+        pending: PendingRequests,
+        timeout: float,
+        session: PluginSession,
+        client: str,
+        caller: str,
+    ) -> None:
+        self.channel, self.flat, self.pending, self.timeout = channel, flat, pending, timeout
+        self.session, self.client, self.caller = session, client, caller
+
+    async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
+        request_id = self.pending.open(self.session, request, self.client, self.caller)
+        settled = self.pending.waiting[request_id].settled
+        try:
+            message = f"{request.message}\n\n{note}" if note else request.message
+            await self.channel.send_log(
+                "notice",
+                {
+                    "type": "request",
+                    "request_id": request_id,
+                    "request_type": request.key,
+                    "mode": request.mode,
+                    "message": message,
+                    **(
+                        {"url": request.url}  # answered on the page; _respond may decline
+                        if request.mode == "url"
+                        else {"schema": self.flat[request.key]}
+                    ),
+                    "context": request.context,
+                    "timeout_ms": int(self.timeout * 1000),
+                    "respond_with": "_respond",
+                },
+                "chatbridge.request",
+            )
+            await asyncio.wait_for(asyncio.shield(settled), self.timeout)
+        except TimeoutError:
+            logger.info("request %s timed out after %.1fs: Cancel", request_id, self.timeout)
+            await self.session.expire()
+        except MCPError as exc:
+            raise ClientGone(exc.error.message) from exc
+        finally:
+            self.pending.close(request_id)
+        return None
