@@ -273,11 +273,12 @@ def test_ext_tasks_books_a_flight_through_a_task(
         seat["context"] == ["seat_map"] and seat["message"] == f"Select your seat on {FIRST.number}"
     )
     assert all(q["schemaHasContext"] for q in book["questions"] if q["mode"] == "form")
-    for question in book["questions"]:
-        if question["mode"] == "url":  # the payment: its page on this server, paid by test card
-            assert question["url"].startswith(f"{server}/")
-            assert question["page"]["status"] == 200
-            assert book["result"]["paid"] == {"last4": "4242"}
+    # Flight, seat and review in forms, then the payment: its page on this server, paid by
+    # test card.
+    assert [q["mode"] for q in book["questions"]] == ["form", "form", "form", "url"]
+    payment = book["questions"][-1]
+    assert payment["url"].startswith(f"{server}/") and payment["page"]["status"] == 200
+    assert book["result"]["paid"] == {"last4": "4242"}
     assert book["errors"] == []
 
     # The statuses seen, in order: input_required once per question (with its key), then
