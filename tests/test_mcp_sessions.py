@@ -177,7 +177,7 @@ async def test_replaying_an_older_state_does_not_reset_the_invalid_answer_cap(
 async def test_a_retry_after_a_restart_resumes_the_call_from_its_journal(
     tickets: list[str],
 ) -> None:
-    from chatbridge.mcp.rounds import StoredCall
+    from chatbridge.mcp.results import StoredCall
 
     rows: dict[str, StoredCall] = {}
 

@@ -27,7 +27,7 @@ import mcp_types as types
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
-from chatbridge.mcp.rounds import error_of
+from chatbridge.mcp.results import error_of
 
 __all__ = [
     "ANSWER_TOOL",

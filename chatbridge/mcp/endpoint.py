@@ -16,7 +16,7 @@ from chatbridge.chat.store import DjangoStore, worker_alive
 from chatbridge.chat.workers import route_task
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
-from chatbridge.mcp.rounds import StoredCall
+from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.tasks import TRANSPORT, TaskRecord
 

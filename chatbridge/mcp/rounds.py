@@ -23,47 +23,27 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import mcp_types as types
 from pydantic import BaseModel
 
-from chatbridge.core.approval import APPROVAL_KEY, DENIED_BY, Approval
+from chatbridge.core.approval import APPROVAL_KEY, Approval
 from chatbridge.core.elicit import ElicitId, ElicitRequest, result_to_dict, validate_result
-from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
-from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
 from chatbridge.mcp.modes import ModeNotDeclared, modes_of
+from chatbridge.mcp.results import CallStore, error_of, final_result, terminal_result
 from chatbridge.mcp.urls import url_params
 
-__all__ = ["CallStore", "RoundState", "Rounds", "StoredCall", "final_result"]
+__all__ = ["RoundState", "Rounds"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
 Outcome = types.CallToolResult | types.InputRequiredResult
-
-
-@dataclass(frozen=True)
-class StoredCall:
-    """What the database keeps of a call: enough to resume it or repeat its result."""
-
-    tool_name: str
-    arguments: dict[str, Any]
-    journal: list[dict[str, Any]]
-    status: str
-    result: Any
-    error: str
-    aborted_by: str = ""
-
-
-class CallStore(Protocol):
-    """Where persisted calls are found after a restart (the ORM in production)."""
-
-    async def load(self, call_id: str) -> StoredCall | None: ...
 
 
 @dataclass(frozen=True)
@@ -96,47 +76,6 @@ class RoundState:
         if not (isinstance(call, str) and isinstance(elicit, str) and isinstance(caller, str)):
             raise ValueError("requestState lacks call, elicit or caller")
         return cls(call, elicit, caller, data.get("url") is True)
-
-
-def result_of(value: Any) -> types.CallToolResult:
-    structured = value if isinstance(value, dict) else {"result": value}
-    text = json.dumps(value, ensure_ascii=False)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structured_content=structured
-    )
-
-
-def error_of(message: str) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=message)], is_error=True
-    )
-
-
-def final_result(
-    status: Literal["completed", "failed", "aborted"] | str,
-    result: Any,
-    error: str,
-    aborted_by: str = "",
-) -> types.CallToolResult:
-    """The MCP result of an ended call, from its terminal event or its row."""
-    if status == "completed":
-        return result_of(result)
-    if status == "failed":
-        return error_of(public_failure(error))
-    if aborted_by.startswith("operator"):
-        return error_of(f"An operator stopped this tool call: {error}")
-    if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
-        return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
-    return error_of(f"The tool call was aborted: {error}")
-
-
-def _terminal_result(session: PluginSession, event: SessionEvent) -> types.CallToolResult:
-    if event.type == "completed":
-        return final_result("completed", event.result, "")
-    if event.type == "failed":
-        return final_result("failed", None, event.error)
-    reason = event.reason if event.type == "aborted" else "ended"
-    return final_result("aborted", None, reason, session.aborted_by or "")
 
 
 @dataclass
@@ -336,7 +275,7 @@ class Rounds:
                 return self._input_required(event.request, caller, "")
             else:
                 self._forget(session.id)
-                result = _terminal_result(session, event)
+                result = terminal_result(session, event)
                 self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
                 return result
 

@@ -43,14 +43,8 @@ from chatbridge.mcp.hosts import (
 from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.modes import ModeNotDeclared
 from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
-from chatbridge.mcp.rounds import (
-    CallStore,
-    Rounds,
-    RoundState,
-    error_of,
-    final_result,
-    result_of,
-)
+from chatbridge.mcp.results import CallStore, error_of, final_result, result_of
+from chatbridge.mcp.rounds import Rounds, RoundState
 from chatbridge.mcp.tasks import TaskCluster, Tasks, install
 from chatbridge.mcp.urls import request_origin
 

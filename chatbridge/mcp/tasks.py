@@ -56,7 +56,8 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
-from chatbridge.mcp.rounds import Rounds, StoredCall, error_of, final_result
+from chatbridge.mcp.results import StoredCall, error_of, final_result
+from chatbridge.mcp.rounds import Rounds
 from chatbridge.mcp.urls import request_origin
 
 __all__ = [

@@ -1,0 +1,87 @@
+"""What an MCP call returns when it ends, and what the database keeps of an ended call.
+
+One place turns a session's end (its terminal event, or its row after a restart) into the
+``CallToolResult`` every path returns: pushed, round trips, ``_respond`` and tasks alike.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import mcp_types as types
+
+from chatbridge.core.approval import DENIED_BY
+from chatbridge.core.events import SessionEvent
+from chatbridge.core.sessions import PluginSession
+from chatbridge.mcp.errors import public_failure
+
+__all__ = [
+    "CallStore",
+    "StoredCall",
+    "error_of",
+    "final_result",
+    "result_of",
+    "terminal_result",
+]
+
+
+@dataclass(frozen=True)
+class StoredCall:
+    """What the database keeps of a call: enough to resume it or repeat its result."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    journal: list[dict[str, Any]]
+    status: str
+    result: Any
+    error: str
+    aborted_by: str = ""
+
+
+class CallStore(Protocol):
+    """Where persisted calls are found after a restart (the ORM in production)."""
+
+    async def load(self, call_id: str) -> StoredCall | None: ...
+
+
+def result_of(value: Any) -> types.CallToolResult:
+    structured = value if isinstance(value, dict) else {"result": value}
+    text = json.dumps(value, ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+def error_of(message: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=message)], is_error=True
+    )
+
+
+def final_result(
+    status: Literal["completed", "failed", "aborted"] | str,
+    result: Any,
+    error: str,
+    aborted_by: str = "",
+) -> types.CallToolResult:
+    """The MCP result of an ended call, from its terminal event or its row."""
+    if status == "completed":
+        return result_of(result)
+    if status == "failed":
+        return error_of(public_failure(error))
+    if aborted_by.startswith("operator"):
+        return error_of(f"An operator stopped this tool call: {error}")
+    if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
+        return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
+    return error_of(f"The tool call was aborted: {error}")
+
+
+def terminal_result(session: PluginSession, event: SessionEvent) -> types.CallToolResult:
+    if event.type == "completed":
+        return final_result("completed", event.result, "")
+    if event.type == "failed":
+        return final_result("failed", None, event.error)
+    reason = event.reason if event.type == "aborted" else "ended"
+    return final_result("aborted", None, reason, session.aborted_by or "")
