@@ -8,6 +8,7 @@ import re
 from playwright.async_api import Browser, expect
 
 from tests.test_browser import (
+    ARTIFACTS,
     TEST_CARD_TYPED,
     ask_for_flights,
     expect_confirmation,
@@ -28,6 +29,8 @@ async def test_paying_in_a_new_tab_resumes_the_chat(browser: Browser, server: st
     host = server.removeprefix("http://")
     link = chat.get_by_role("link", name=f"Continue to secure payment on {host}")
     await expect(link).to_have_attribute("target", "_blank", timeout=15000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    await chat.screenshot(path=ARTIFACTS / "payment-card.png", full_page=True)
     async with chat.context.expect_page() as opened:
         await link.click()
     tab = await opened.value
@@ -35,6 +38,7 @@ async def test_paying_in_a_new_tab_resumes_the_chat(browser: Browser, server: st
     url = tab.url
     await fill_payment(tab, "4242 4242 4242 4241")  # a typo: the page says so, in words
     await expect(tab.get_by_role("alert").filter(has_text="check the digits")).to_be_visible()
+    await tab.screenshot(path=ARTIFACTS / "payment-page-refused.png", full_page=True)
     await expect(tab.get_by_label("Card number")).to_have_value("")  # not shown back
     await fill_payment(tab)
     await expect(tab.get_by_role("status")).to_have_text(
@@ -43,6 +47,7 @@ async def test_paying_in_a_new_tab_resumes_the_chat(browser: Browser, server: st
 
     await expect_confirmation(chat, seat)  # the first tab went on by itself
     await expect(chat.locator(".confirmation .paid")).to_have_text("card ····4242")
+    await chat.screenshot(path=ARTIFACTS / "payment-done.png", full_page=True)
     await expect(link).to_have_count(0)  # the card with the link is closed
     html = await chat.content()
     for number in (TEST_CARD_TYPED, TEST_CARD_TYPED.replace(" ", "")):
