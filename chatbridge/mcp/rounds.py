@@ -37,7 +37,7 @@ from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
-from chatbridge.mcp.modes import ModeNotDeclared, modes_of
+from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared, modes_of
 from chatbridge.mcp.urls import url_params
 
 __all__ = ["CallStore", "RoundState", "Rounds", "StoredCall", "final_result"]
@@ -125,6 +125,8 @@ def final_result(
         return error_of(public_failure(error))
     if aborted_by.startswith("operator"):
         return error_of(f"An operator stopped this tool call: {error}")
+    if aborted_by == REFUSED_BY:  # ModeNotDeclared: its text names what to declare
+        return error_of(error)
     if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
         return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
     return error_of(f"The tool call was aborted: {error}")
@@ -358,7 +360,7 @@ class Rounds:
 
     async def _stop(self, session: PluginSession, reason: str) -> types.CallToolResult:
         """End a call whose question this client cannot take; ``reason`` is its result."""
-        await session.abort(reason)
+        await session.abort(reason, by=REFUSED_BY)
         await session.wait_finished()
         self._forget(session.id)
         result = error_of(reason)
