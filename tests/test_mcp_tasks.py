@@ -14,10 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from chatbridge.mcp.errors import UNEXPECTED
 from chatbridge.mcp.modes import ModeNotDeclared
 from plugins.book_flight.data import search_flights
 from tests.pages import pay
 from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.support import BROKEN_CITY
 from tests.test_mcp import free_seat
 
 MODERN = "2026-07-28"
@@ -334,13 +336,22 @@ async def test_a_url_only_client_is_not_shown_a_form(site: str) -> None:
 
 
 async def test_a_task_that_cannot_start_says_so_without_internals(client: McpClient) -> None:
-    """Arguments the tool refuses: the same readable text as a plain tools/call gives."""
-    created = await client.call("plan_trip", {"city": "Lisbon", "nights": 99})
+    """Arguments the tool refuses, or a failure while checking them: the same readable text
+    as a plain tools/call gives, as an error result."""
     without = McpClient(client.http, client.url, tasks=False)
-    plain = await without.call("plan_trip", {"city": "Lisbon", "nights": 99})
-    assert created["isError"] is True and created["content"] == plain["content"]
-    [content] = created["content"]
-    assert "nights" in content["text"] and "Error" not in content["text"]
+    for arguments in ({"city": "Lisbon", "nights": 99}, {"city": BROKEN_CITY, "nights": 2}):
+        created = await client.call("plan_trip", arguments)
+        plain = await without.call("plan_trip", arguments)
+        assert created["isError"] is True and created["content"] == plain["content"]
+        [content] = created["content"]
+        assert "Error" not in content["text"] and "mcp_" not in content["text"]
+    assert "nights" in plain_text(await without.call("plan_trip", {"city": "X", "nights": 99}))
+    assert plain_text(created) == UNEXPECTED
+
+
+def plain_text(result: dict[str, Any]) -> str:
+    [content] = result["content"]
+    return str(content["text"])
 
 
 @pytest.fixture
