@@ -388,6 +388,18 @@ async def test_a_task_nobody_continues_expires_on_record(
     assert status == "aborted" and "the client did not continue" in error
 
 
+def refusals(database: Path, call_id: str) -> int:
+    """Refused answers on record for the call's open question."""
+    with sqlite3.connect(database) as db:
+        found = db.execute(
+            "SELECT j.rejected FROM chatbridge_chat_journalrecord j "
+            "JOIN chatbridge_chat_toolsession t ON t.id = j.session_id "
+            "AND t.pending_elicit_id = j.elicit_id WHERE t.id = ?",
+            (call_id,),
+        ).fetchall()
+    return len(json.loads(found[-1][0] or "[]")) if found else 0
+
+
 def row_end(database: Path, call_id: str) -> tuple[str, str]:
     with sqlite3.connect(database) as db:
         status, error = db.execute(
@@ -474,8 +486,14 @@ async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> N
             for name in ("pick_hotel", "confirm"):  # the booking step runs after "confirm"
                 key, _, _ = question(await client.settled(task_id))
                 await client.update(task_id, {key: trip_answer(name)})
-            key, name, _ = question(await client.settled(task_id))
+            first_key, name, _ = question(await client.settled(task_id))
             assert name == "rate"
+            await client.update(task_id, {first_key: {"action": "accept", "content": {"stars": 9}}})
+            key = question(await client.get(task_id))[0]
+            assert key != first_key  # refused: asked again under a new key
+            deadline = time.monotonic() + 20  # the refusal is on record (written behind)
+            while refusals(database, task_id) < 1 and time.monotonic() < deadline:
+                await client.get(task_id)
     finally:
         first.kill()
         first.wait()
@@ -486,7 +504,7 @@ async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> N
         async with httpx.AsyncClient() as http:
             client = McpClient(http, f"http://127.0.0.1:{port}/mcp")
             resumed = await client.get(task_id)
-            assert question(resumed)[:2] == (key, "rate")
+            assert question(resumed)[:2] == (key, "rate")  # not the refused key again
             await client.update(task_id, {key: trip_answer("rate")})
             done = await client.settled(task_id)
     finally:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from chatbridge.chat.models import ToolSession
+from chatbridge.chat.models import JournalRecord, ToolSession
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.store import DjangoStore, worker_alive
@@ -60,7 +60,19 @@ def _find_task(call_id: str) -> TaskRecord | None:
         row.aborted_by,
     )
     meta = {str(k): str(v) for k, v in (row.meta or {}).items()}
-    return TaskRecord(call, row.worker, row.created_at, row.updated_at, row.ended_at, meta)
+    asked = JournalRecord.objects.filter(session_id=call_id, elicit_id=row.pending_elicit_id)
+    entry = asked.last() if row.pending_elicit_id else None
+    refused = len(entry.rejected or []) if entry is not None else 0
+    return TaskRecord(
+        call,
+        row.worker,
+        row.created_at,
+        row.updated_at,
+        row.ended_at,
+        meta,
+        pending=row.pending_elicit_id,
+        refused=refused,
+    )
 
 
 def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:

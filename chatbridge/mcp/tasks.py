@@ -22,8 +22,17 @@ atomic compare-and-set on the row, so one worker wins — and resumed by replayi
 recorded steps are not run again, and the old worker, if it was only slow, can no longer write
 the journal (its writes are fenced on the row's worker).
 
-Every task expires ``ttl`` seconds after it was last touched (the session is aborted); an ended
-task's result stays readable for ``ttl`` after its end.
+What a resumed task keeps: the session meta it was started with is on record (``ToolSession.meta``):
+its questions are shown only in the elicitation modes the creating request declared (a question
+in another mode is never shown; the task ends as a tool error with the text every MCP path gives,
+``ModeNotDeclared``); its URL links point at the server the client reaches now (else the one it
+was created on; ``CHATBRIDGE_PUBLIC_URL`` wins); its open question keeps its count of refused
+answers, so it comes back under the key it had, never one already answered.
+
+Every task expires ``ttl`` seconds after it was last touched (the session is aborted, on record,
+with ``EXPIRED``); a task found suspended past its ttl whose worker is gone is ended on record
+the same way when asked for, not resumed. An ended task's result stays readable for ``ttl``
+after its end.
 """
 
 from __future__ import annotations
@@ -89,7 +98,8 @@ UNREACHABLE = "The server running this task cannot be reached right now; try aga
 @dataclass(frozen=True)
 class TaskRecord:
     """A task's call as the database keeps it, and who holds it; ``meta``: the session meta
-    it was started with (its origin and declared elicitation modes)."""
+    it was started with (its origin and declared elicitation modes); ``pending``: the id of
+    its open question, ``refused``: how many answers to it were refused."""
 
     call: StoredCall
     worker: str
@@ -97,6 +107,8 @@ class TaskRecord:
     updated_at: datetime
     ended_at: datetime | None
     meta: Mapping[str, str] = field(default_factory=dict)
+    pending: str = ""
+    refused: int = 0
 
 
 class TaskCluster(Protocol):
@@ -183,6 +195,7 @@ class Tasks(Extension):
         self._locks: dict[str, asyncio.Lock] = {}
         self._ended: dict[str, _Ended] = {}
         self._asked: dict[str, str] = {}  # call id → the question it put on record
+        self._refused: dict[str, tuple[str, int]] = {}  # resumed: (open question, refusals)
         self._changed: dict[str, asyncio.Event] = {}  # set at each of the session's events
         self._aborts: set[asyncio.Task[None]] = set()
 
@@ -392,6 +405,8 @@ class Tasks(Extension):
         # The meta it was started with; its links point where the client reaches us now.
         meta = {**record.meta, "transport": TRANSPORT}
         meta["origin"] = origin or record.meta.get("origin", "")
+        if record.refused:  # its question comes back under the key it had, not a used one
+            self._refused[task_id] = (record.pending, record.refused)
         session = await self.manager.create(
             tool,
             record.call.arguments,
@@ -439,6 +454,10 @@ class Tasks(Extension):
                     modes = modes_in(session.meta)
                     request = event.request
                     if request.mode in modes:
+                        earlier = self._refused.pop(session.id, None)
+                        if earlier is not None and earlier[0] == str(request.id):
+                            attempts = max(session.pending_attempts, earlier[1])
+                            session.pending_attempts = attempts
                         self._asked[session.id] = str(request.id)
                     else:  # never shown: the task ends with the error other paths give
                         refusal = ModeNotDeclared(request.tool_name, request.mode, modes)
@@ -456,6 +475,7 @@ class Tasks(Extension):
             self._disarm(session.id)
             self._created.pop(session.id, None)
             self._asked.pop(session.id, None)
+            self._refused.pop(session.id, None)
             self._changed.pop(session.id, asyncio.Event()).set()
 
     def _asking(self, session: PluginSession) -> bool:
