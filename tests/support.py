@@ -5,15 +5,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from chatbridge import PluginSession, ToolContext, create_mcp_tool
 from chatbridge.core.events import TERMINAL_EVENTS, SessionEvent
+
+BROKEN_CITY = "Atlantis"
 
 
 class TripParams(BaseModel):
     city: str = Field(min_length=1)
     nights: int = Field(ge=1, le=30)
+
+    @field_validator("city")
+    @classmethod
+    def _known(cls, city: str) -> str:
+        """A bug in validating the arguments (pydantic lets a RuntimeError through): what a
+        client is told of an unexpected failure before the call starts."""
+        if city == BROKEN_CITY:
+            raise RuntimeError(f"KeyError in the city table of call mcp_{'0' * 32}")
+        return city
 
 
 class PickHotel(BaseModel):

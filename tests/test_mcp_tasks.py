@@ -14,9 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
+from chatbridge.mcp.errors import UNEXPECTED
+from chatbridge.mcp.modes import ModeNotDeclared
 from plugins.book_flight.data import search_flights
 from tests.pages import pay
 from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.support import BROKEN_CITY
 from tests.test_mcp import free_seat
 
 MODERN = "2026-07-28"
@@ -35,11 +38,18 @@ class McpClient:
     """A 2026-07-28 client over plain HTTP: every request carries its own capabilities."""
 
     def __init__(
-        self, http: httpx.AsyncClient, url: str, *, token: str = "me", tasks: bool = True
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        *,
+        token: str = "me",
+        tasks: bool = True,
+        modes: tuple[str, ...] = ("form", "url"),
     ) -> None:
         self.http, self.url, self.token = http, url, token
         extensions = {TASKS: {}} if tasks else {}
-        self.capabilities = {"elicitation": {"form": {}}, "extensions": extensions}
+        elicitation = {mode: {} for mode in modes}
+        self.capabilities = {"elicitation": elicitation, "extensions": extensions}
         self._ids = 0
 
     async def rpc(self, method: str, params: dict[str, Any], name: str | None = None) -> Any:
@@ -284,6 +294,186 @@ async def test_book_flight_end_to_end_through_a_task(client: McpClient) -> None:
     assert booked["booked"] is True and booked["ticket"]
 
 
+def refusal(tool: str, mode: str, declared: frozenset[str]) -> str:
+    """The error text every MCP path gives a client that cannot take a question's mode."""
+    return str(ModeNotDeclared(tool, mode, declared))
+
+
+async def answer_forms_to_end(client: McpClient, task_id: str) -> dict[str, Any]:
+    """Answer the form questions of a booking until it ends; no URL question may show."""
+    while True:
+        task = await client.settled(task_id)
+        if task["status"] != "input_required":
+            return task
+        key, name, params = question(task)
+        assert params.get("mode", "form") == "form", params
+        await client.update(task_id, {key: booking_answer(name, params)})
+
+
+async def test_a_form_only_client_is_not_shown_the_payment_page(
+    site: str, env: dict[str, str]
+) -> None:
+    async with httpx.AsyncClient() as http:
+        client = McpClient(http, site, modes=("form",))
+        task_id = (await client.call("book_flight", ROUTE))["taskId"]
+        done = await answer_forms_to_end(client, task_id)
+        assert done["status"] == "completed" and done["result"]["isError"] is True
+        [content] = done["result"]["content"]
+        assert content["text"] == refusal("book_flight", "url", frozenset({"form"}))
+        assert await client.get(task_id) == done
+    assert rows(Path(env["TASKS_DATABASE"]), task_id)[0] == "aborted"
+
+
+async def test_a_url_only_client_is_not_shown_a_form(site: str) -> None:
+    async with httpx.AsyncClient() as http:
+        client = McpClient(http, site, modes=("url",))
+        created = await client.call("plan_trip", TRIP)
+        assert created["resultType"] == "task"
+        done = await client.settled(created["taskId"])
+        assert done["status"] == "completed" and done["result"]["isError"] is True
+        [content] = done["result"]["content"]
+        assert content["text"] == refusal("plan_trip", "form", frozenset({"url"}))
+
+
+async def test_a_task_that_cannot_start_says_so_without_internals(client: McpClient) -> None:
+    """Arguments the tool refuses, or a failure while checking them: the same readable text
+    as a plain tools/call gives, as an error result."""
+    without = McpClient(client.http, client.url, tasks=False)
+    for arguments in ({"city": "Lisbon", "nights": 99}, {"city": BROKEN_CITY, "nights": 2}):
+        created = await client.call("plan_trip", arguments)
+        plain = await without.call("plan_trip", arguments)
+        assert created["isError"] is True and created["content"] == plain["content"]
+        [content] = created["content"]
+        assert "Error" not in content["text"] and "mcp_" not in content["text"]
+    assert "nights" in plain_text(await without.call("plan_trip", {"city": "X", "nights": 99}))
+    assert plain_text(created) == UNEXPECTED
+
+
+def plain_text(result: dict[str, Any]) -> str:
+    [content] = result["content"]
+    return str(content["text"])
+
+
+@pytest.fixture
+def short_ttl_site(env: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    daphne = start_daphne(port, {**env, "CHATBRIDGE_MCP_STATE_TTL": "1"})
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(daphne)
+
+
+async def test_a_task_nobody_continues_expires_on_record(
+    short_ttl_site: str, env: dict[str, str]
+) -> None:
+    """Its live session is aborted when the ttl passes without an update; tasks/get then says
+    it expired: as a cancelled task while its end is kept (the ttl again), then as the spec's
+    "Task has expired" error (with a 1 s ttl a slow poll may see either)."""
+    database = Path(env["TASKS_DATABASE"])
+    async with httpx.AsyncClient() as http:
+        client = McpClient(http, short_ttl_site)
+        task_id = (await client.call("plan_trip", TRIP))["taskId"]
+        deadline = time.monotonic() + 30
+        while row_end(database, task_id)[0] != "aborted" and time.monotonic() < deadline:
+            try:
+                task = await client.get(task_id)
+            except RpcError as exc:
+                assert exc.message == "Failed to retrieve task: Task has expired"
+            else:
+                assert task["status"] in ("input_required", "cancelled"), task
+                if task["status"] == "cancelled":
+                    assert "the client did not continue" in task["statusMessage"]
+    status, error = row_end(database, task_id)
+    assert status == "aborted" and "the client did not continue" in error
+
+
+def refusals(database: Path, call_id: str) -> int:
+    """Refused answers on record for the call's open question."""
+    with sqlite3.connect(database) as db:
+        found = db.execute(
+            "SELECT j.rejected FROM chatbridge_chat_journalrecord j "
+            "JOIN chatbridge_chat_toolsession t ON t.id = j.session_id "
+            "AND t.pending_elicit_id = j.elicit_id WHERE t.id = ?",
+            (call_id,),
+        ).fetchall()
+    return len(json.loads(found[-1][0] or "[]")) if found else 0
+
+
+def row_end(database: Path, call_id: str) -> tuple[str, str]:
+    with sqlite3.connect(database) as db:
+        status, error = db.execute(
+            "SELECT status, error FROM chatbridge_chat_toolsession WHERE id = ?", (call_id,)
+        ).fetchone()
+    return str(status), str(error)
+
+
+@pytest.mark.slow
+async def test_after_a_restart_a_task_keeps_its_modes_links_and_expiry(
+    env: dict[str, str],
+) -> None:
+    """A task resumed on another server: its payment link points there; the modes it was
+    created with still hold (not those of the request that resumes it); one left suspended past
+    its ttl is ended on record when asked for."""
+    database = Path(env["TASKS_DATABASE"])
+    port = free_port()
+    first = start_daphne(port, env)
+    try:
+        async with httpx.AsyncClient() as http:
+            both = McpClient(http, f"http://127.0.0.1:{port}/mcp")
+            form_only = McpClient(http, f"http://127.0.0.1:{port}/mcp", modes=("form",))
+            paying = (await both.call("book_flight", ROUTE))["taskId"]
+            while True:  # up to the payment page
+                key, name, params = question(await both.settled(paying))
+                if params.get("mode") == "url":
+                    assert params["url"].startswith(f"http://127.0.0.1:{port}/")
+                    break
+                await both.update(paying, {key: booking_answer(name, params)})
+            reviewing = (await form_only.call("book_flight", ROUTE))["taskId"]
+            for _ in range(2):  # flight and seat; the review stays open
+                key, name, params = question(await form_only.settled(reviewing))
+                await form_only.update(reviewing, {key: booking_answer(name, params)})
+            assert question(await form_only.settled(reviewing))[1] not in (
+                "pick_flight",
+                "pick_seat",
+            )
+            forgotten = (await both.call("plan_trip", TRIP))["taskId"]
+    finally:
+        first.kill()
+        first.wait()
+    with sqlite3.connect(database) as db:  # left suspended for longer than its ttl
+        db.execute(
+            "UPDATE chatbridge_chat_toolsession SET updated_at = '2000-01-01 00:00:00' "
+            "WHERE id = ?",
+            (forgotten,),
+        )
+    port = free_port()
+    second = start_daphne(port, env)
+    try:
+        async with httpx.AsyncClient() as http:
+            both = McpClient(http, f"http://127.0.0.1:{port}/mcp")
+            key, _, params = question(await both.get(paying))
+            assert params["mode"] == "url"
+            assert params["url"].startswith(f"http://127.0.0.1:{port}/")
+            await pay(params["url"])
+            await both.update(paying, {key: {"action": "accept"}})
+            paid = await both.settled(paying)
+            # Asked by a client that takes URL mode: the task was created by one that did not.
+            reviewed = await answer_forms_to_end(both, reviewing)
+            expired = await both.get(forgotten)
+            assert await both.get(forgotten) == expired
+    finally:
+        stop(second)
+    assert paid["status"] == "completed", paid
+    assert paid["result"]["structuredContent"]["booked"] is True
+    assert reviewed["status"] == "completed" and reviewed["result"]["isError"] is True
+    [content] = reviewed["result"]["content"]
+    assert content["text"] == refusal("book_flight", "url", frozenset({"form"}))
+    assert expired["status"] == "cancelled" and "did not continue" in expired["statusMessage"]
+    status, error = row_end(database, forgotten)
+    assert status == "aborted" and "did not continue" in error
+
+
 @pytest.mark.slow
 async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> None:
     database = Path(env["TASKS_DATABASE"])
@@ -296,8 +486,14 @@ async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> N
             for name in ("pick_hotel", "confirm"):  # the booking step runs after "confirm"
                 key, _, _ = question(await client.settled(task_id))
                 await client.update(task_id, {key: trip_answer(name)})
-            key, name, _ = question(await client.settled(task_id))
+            first_key, name, _ = question(await client.settled(task_id))
             assert name == "rate"
+            await client.update(task_id, {first_key: {"action": "accept", "content": {"stars": 9}}})
+            key = question(await client.get(task_id))[0]
+            assert key != first_key  # refused: asked again under a new key
+            deadline = time.monotonic() + 20  # the refusal is on record (written behind)
+            while refusals(database, task_id) < 1 and time.monotonic() < deadline:
+                await client.get(task_id)
     finally:
         first.kill()
         first.wait()
@@ -308,7 +504,7 @@ async def test_a_task_survives_its_server_being_killed(env: dict[str, str]) -> N
         async with httpx.AsyncClient() as http:
             client = McpClient(http, f"http://127.0.0.1:{port}/mcp")
             resumed = await client.get(task_id)
-            assert question(resumed)[:2] == (key, "rate")
+            assert question(resumed)[:2] == (key, "rate")  # not the refused key again
             await client.update(task_id, {key: trip_answer("rate")})
             done = await client.settled(task_id)
     finally:

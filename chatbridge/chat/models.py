@@ -107,6 +107,12 @@ class ToolSession(models.Model):
     client = models.CharField(
         max_length=200, blank=True, default="", help_text="the MCP session id or caller digest"
     )
+    meta = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="where the call came from (origin, declared elicitation modes): a call "
+        "resumed elsewhere keeps them",
+    )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     aborted_by = models.CharField(max_length=150, blank=True, default="")

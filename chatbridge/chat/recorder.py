@@ -62,6 +62,7 @@ def _started(session: PluginSession) -> None:
             "worker": WORKER_ID,
             "transport": session.meta.get("transport", "chat"),
             "client": session.meta.get("client", ""),
+            "meta": dict(session.meta),
             "ended_at": None,
         },
     )

@@ -8,8 +8,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.template.loader import render_to_string
+from django.utils import timezone
 
-from chatbridge.chat.models import ToolSession
+from chatbridge.chat.models import JournalRecord, ToolSession
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.store import DjangoStore, worker_alive
@@ -58,7 +59,44 @@ def _find_task(call_id: str) -> TaskRecord | None:
         row.error,
         row.aborted_by,
     )
-    return TaskRecord(call, row.worker, row.created_at, row.updated_at, row.ended_at)
+    meta = {str(k): str(v) for k, v in (row.meta or {}).items()}
+    asked = JournalRecord.objects.filter(session_id=call_id, elicit_id=row.pending_elicit_id)
+    entry = asked.last() if row.pending_elicit_id else None
+    refused = len(entry.rejected or []) if entry is not None else 0
+    return TaskRecord(
+        call,
+        row.worker,
+        row.created_at,
+        row.updated_at,
+        row.ended_at,
+        meta,
+        pending=row.pending_elicit_id,
+        refused=refused,
+    )
+
+
+def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:
+    """Compare-and-set on the holder, like a claim: one worker ends the suspended call."""
+    now = timezone.now()
+    return bool(
+        ToolSession.objects.filter(
+            pk=call_id, worker=holder, status__in=("running", "awaiting_elicit", "awaiting_sample")
+        ).update(
+            status="aborted",
+            worker=WORKER_ID,
+            error=reason,
+            aborted_by=by,
+            aborted_at=now,
+            ended_at=now,
+            updated_at=now,
+            pending_key="",
+            pending_elicit_id="",
+            pending_message="",
+            pending_context=None,
+            pending_schema=None,
+            pending_since=None,
+        )
+    )
 
 
 class DjangoTaskCluster:
@@ -77,6 +115,9 @@ class DjangoTaskCluster:
 
     async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
         return await route_task(worker, message)
+
+    async def end(self, call_id: str, worker: str, reason: str, by: str) -> bool:
+        return await sync_to_async(_end_task)(call_id, worker, reason, by)
 
 
 def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:

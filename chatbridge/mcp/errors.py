@@ -8,7 +8,7 @@ it can show a user. The one failure written for the caller is a bad set of argum
 
 from __future__ import annotations
 
-__all__ = ["UNEXPECTED", "public_failure"]
+__all__ = ["UNEXPECTED", "public_error", "public_failure"]
 
 UNEXPECTED = "The tool failed unexpectedly. The server logged the details for its operators."
 _CALLERS_FAULT = "InvalidToolParams: "
@@ -19,3 +19,8 @@ def public_failure(error: str) -> str:
     if error.startswith(_CALLERS_FAULT):
         return error.removeprefix(_CALLERS_FAULT)
     return UNEXPECTED
+
+
+def public_error(exc: Exception) -> str:
+    """The client's text for ``exc``, raised while starting or running a call."""
+    return public_failure(f"{type(exc).__name__}: {exc}")

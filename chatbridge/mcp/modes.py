@@ -15,16 +15,29 @@ take URL mode to complete links before retrying a request, for servers that cann
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
-__all__ = ["ModeNotDeclared", "Mode", "declared_modes", "modes_of"]
+__all__ = [
+    "MODES_META",
+    "REFUSED_BY",
+    "Mode",
+    "ModeNotDeclared",
+    "declared_modes",
+    "modes_in",
+    "modes_of",
+]
 
 Mode = Literal["form", "url"]
 _URL_SINCE = "2025-11-25"
+REFUSED_BY = (
+    "mcp-modes"  # aborted_by of a call stopped by ModeNotDeclared: its reason is its result
+)
+MODES_META = "elicitation_modes"  # session meta: the modes of the request that made the call
 
 
 class ModeNotDeclared(Exception):  # noqa: N818 - reads as the situation, like ClientGone
@@ -59,3 +72,12 @@ def declared_modes(capabilities: types.ClientCapabilities | None, version: str) 
 def modes_of(ctx: ServerRequestContext[Any, Any]) -> frozenset[str]:
     """The elicitation modes of the client making this request."""
     return declared_modes(ctx.session.client_capabilities, ctx.protocol_version)
+
+
+def modes_in(meta: Mapping[str, str]) -> frozenset[str]:
+    """The modes a call's meta records (``MODES_META``, comma-separated); every mode for a
+    call recorded without them."""
+    recorded = meta.get(MODES_META)
+    if recorded is None:
+        return frozenset({"form", "url"})
+    return frozenset(m for m in recorded.split(",") if m)

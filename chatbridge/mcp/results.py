@@ -16,6 +16,7 @@ from chatbridge.core.approval import DENIED_BY
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.errors import public_failure
+from chatbridge.mcp.modes import REFUSED_BY
 
 __all__ = [
     "CallStore",
@@ -73,6 +74,8 @@ def final_result(
         return error_of(public_failure(error))
     if aborted_by.startswith("operator"):
         return error_of(f"An operator stopped this tool call: {error}")
+    if aborted_by == REFUSED_BY:  # ModeNotDeclared: its text names what to declare
+        return error_of(error)
     if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
         return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
     return error_of(f"The tool call was aborted: {error}")

@@ -35,7 +35,7 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
-from chatbridge.mcp.modes import ModeNotDeclared, modes_of
+from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared, modes_of
 from chatbridge.mcp.results import CallStore, error_of, final_result, terminal_result
 from chatbridge.mcp.urls import url_params
 
@@ -297,7 +297,7 @@ class Rounds:
 
     async def _stop(self, session: PluginSession, reason: str) -> types.CallToolResult:
         """End a call whose question this client cannot take; ``reason`` is its result."""
-        await session.abort(reason)
+        await session.abort(reason, by=REFUSED_BY)
         await session.wait_finished()
         self._forget(session.id)
         result = error_of(reason)

@@ -31,7 +31,7 @@ from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
-from chatbridge.mcp.errors import public_failure
+from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
     Ask,
@@ -41,7 +41,7 @@ from chatbridge.mcp.hosts import (
     drive,
 )
 from chatbridge.mcp.levels import hears, set_level
-from chatbridge.mcp.modes import ModeNotDeclared
+from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
 from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
 from chatbridge.mcp.results import CallStore, error_of, final_result, result_of
 from chatbridge.mcp.rounds import Rounds, RoundState
@@ -286,7 +286,7 @@ class McpBridge:
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("MCP call of %s failed", tool.name)
-            return error_of(public_failure(f"{type(exc).__name__}: {exc}"))
+            return error_of(public_error(exc))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
         return _mcp_session(ctx) or _caller(ctx)
@@ -334,7 +334,7 @@ class McpBridge:
         try:
             event = await drive(session, channel, ask, completed)
         except ModeNotDeclared as exc:
-            await session.abort(str(exc))
+            await session.abort(str(exc), by=REFUSED_BY)
             await session.wait_finished()
             return error_of(str(exc))
         except ClientGone as exc:

@@ -22,8 +22,17 @@ atomic compare-and-set on the row, so one worker wins — and resumed by replayi
 recorded steps are not run again, and the old worker, if it was only slow, can no longer write
 the journal (its writes are fenced on the row's worker).
 
-Every task expires ``ttl`` seconds after it was last touched (the session is aborted); an ended
-task's result stays readable for ``ttl`` after its end.
+What a resumed task keeps: the session meta it was started with is on record (``ToolSession.meta``):
+its questions are shown only in the elicitation modes the creating request declared (a question
+in another mode is never shown; the task ends as a tool error with the text every MCP path gives,
+``ModeNotDeclared``); its URL links point at the server the client reaches now (else the one it
+was created on; ``CHATBRIDGE_PUBLIC_URL`` wins); its open question keeps its count of refused
+answers, so it comes back under the key it had, never one already answered.
+
+Every task expires ``ttl`` seconds after it was last touched (the session is aborted, on record,
+with ``EXPIRED``); a task found suspended past its ttl whose worker is gone is ended on record
+the same way when asked for, not resumed. An ended task's result stays readable for ``ttl``
+after its end.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -55,7 +64,9 @@ from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
+from chatbridge.mcp.modes import MODES_META, REFUSED_BY, ModeNotDeclared, modes_in, modes_of
 from chatbridge.mcp.results import StoredCall, error_of, final_result
 from chatbridge.mcp.rounds import Rounds
 from chatbridge.mcp.urls import request_origin
@@ -74,7 +85,8 @@ logger = logging.getLogger("chatbridge.mcp")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TRANSPORT = "mcp-task"
 CANCELLED_BY = "mcp-client"  # aborted_by of a task ended by tasks/cancel
-EXPIRED = "the task expired: nobody continued it in time"
+EXPIRED = "the task expired: the client did not continue it in time"
+EXPIRED_BY = "server"
 _PREFIX = "mcpt_"
 _ID_LENGTH = len(_PREFIX) + 32 + 24
 _ACTIVE = ("running", "awaiting_elicit", "awaiting_sample")
@@ -86,13 +98,18 @@ UNREACHABLE = "The server running this task cannot be reached right now; try aga
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """A task's call as the database keeps it, and who holds it."""
+    """A task's call as the database keeps it, and who holds it; ``meta``: the session meta
+    it was started with (its origin and declared elicitation modes); ``pending``: the id of
+    its open question, ``refused``: how many answers to it were refused."""
 
     call: StoredCall
     worker: str
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    pending: str = ""
+    refused: int = 0
 
 
 class TaskCluster(Protocol):
@@ -110,6 +127,11 @@ class TaskCluster(Protocol):
 
     async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
         """Have ``worker`` serve ``message`` (``Tasks.serve_routed``); None if unreachable."""
+        ...
+
+    async def end(self, call_id: str, worker: str, reason: str, by: str) -> bool:
+        """Record the suspended call as aborted (``reason``, ``by``) if ``worker`` (gone)
+        still holds it: True for exactly one caller."""
         ...
 
 
@@ -174,6 +196,7 @@ class Tasks(Extension):
         self._locks: dict[str, asyncio.Lock] = {}
         self._ended: dict[str, _Ended] = {}
         self._asked: dict[str, str] = {}  # call id → the question it put on record
+        self._refused: dict[str, tuple[str, int]] = {}  # resumed: (open question, refusals)
         self._changed: dict[str, asyncio.Event] = {}  # set at each of the session's events
         self._aborts: set[asyncio.Task[None]] = set()
 
@@ -212,13 +235,18 @@ class Tasks(Extension):
             "transport": TRANSPORT,
             "client": self._client(ctx),
             "origin": request_origin(ctx),  # links of its URL questions are absolute
+            # Its questions are shown in these modes only, also when the task is resumed later
+            # (the meta is on record) and asked for by a request declaring others.
+            MODES_META: ",".join(sorted(modes_of(ctx))),
         }
         try:
             session = await self.manager.create(
                 tool, dict(params.arguments or {}), call_id=call_id, meta=meta
             )
-        except ChatBridgeError as exc:
-            return error_of(str(exc))
+        except Exception as exc:  # the same readable text as a call without the extension
+            if not isinstance(exc, ChatBridgeError):
+                logger.exception("MCP task of %s could not start", tool.name)
+            return error_of(public_error(exc))
         self._created[call_id] = session.created_at
         self._follow(session)
         await self._settled(session)
@@ -339,10 +367,12 @@ class Tasks(Extension):
             if (record.ended_at or record.updated_at) + timedelta(seconds=self.ttl) < now:
                 raise _not_found(GONE)
             return self._recorded(task_id, record)
-        if record.updated_at + timedelta(seconds=self.ttl) < now:
-            raise _not_found(GONE)  # suspended past its ttl (its worker died): not resumed
         holder = record.worker
-        if holder != cluster.worker and await cluster.alive(holder):
+        elsewhere = holder != cluster.worker and await cluster.alive(holder)
+        if record.updated_at + timedelta(seconds=self.ttl) < now and not elsewhere:
+            # Suspended past its ttl, its worker gone: not resumed, ended on record.
+            return await self._end_expired(task_id, holder)
+        if elsewhere:
             if routed:  # the holder sent it here: it does not hold it any more; ask again
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
             message = {"op": op, "task_id": task_id, "responses": dict(responses), "origin": origin}
@@ -356,17 +386,34 @@ class Tasks(Extension):
             raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it over just now
         return await self._resume(task_id, record, origin)
 
+    async def _end_expired(self, task_id: str, holder: str) -> dict[str, Any]:
+        """End a suspended task past its ttl on record; the task as it then shows."""
+        cluster = self.cluster
+        assert cluster is not None
+        if not await cluster.end(task_id, holder, EXPIRED, EXPIRED_BY):
+            raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it just now
+        logger.info("MCP task %s expired while suspended; ended on record", task_id)
+        record = await cluster.find(task_id)
+        if record is None:
+            raise _not_found()
+        return self._recorded(task_id, record)
+
     async def _resume(self, task_id: str, record: TaskRecord, origin: str) -> PluginSession:
         tool = self.served.get(record.call.tool_name)
         if tool is None:
             raise _not_found()
         logger.info("resuming MCP task %s from its journal", task_id)
+        # The meta it was started with; its links point where the client reaches us now.
+        meta = {**record.meta, "transport": TRANSPORT}
+        meta["origin"] = origin or record.meta.get("origin", "")
+        if record.refused:  # its question comes back under the key it had, not a used one
+            self._refused[task_id] = (record.pending, record.refused)
         session = await self.manager.create(
             tool,
             record.call.arguments,
             call_id=task_id,
             journal=record.call.journal,
-            meta={"transport": TRANSPORT, "client": "", "origin": origin},
+            meta=meta,
         )
         self._created[task_id] = record.created_at
         self._follow(session)
@@ -405,7 +452,17 @@ class Tasks(Extension):
             while True:
                 event = await session.next_event()
                 if event.type == "elicit":  # emitted once the question is on record
-                    self._asked[session.id] = str(event.request.id)
+                    modes = modes_in(session.meta)
+                    request = event.request
+                    if request.mode in modes:
+                        earlier = self._refused.pop(session.id, None)
+                        if earlier is not None and earlier[0] == str(request.id):
+                            attempts = max(session.pending_attempts, earlier[1])
+                            session.pending_attempts = attempts
+                        self._asked[session.id] = str(request.id)
+                    else:  # never shown: the task ends with the error other paths give
+                        refusal = ModeNotDeclared(request.tool_name, request.mode, modes)
+                        await session.abort(str(refusal), by=REFUSED_BY)
                 self._changed.pop(session.id, asyncio.Event()).set()
                 self._changed[session.id] = asyncio.Event()
                 if event.type in ("completed", "failed", "aborted"):
@@ -419,6 +476,7 @@ class Tasks(Extension):
             self._disarm(session.id)
             self._created.pop(session.id, None)
             self._asked.pop(session.id, None)
+            self._refused.pop(session.id, None)
             self._changed.pop(session.id, asyncio.Event()).set()
 
     def _asking(self, session: PluginSession) -> bool:
@@ -449,7 +507,7 @@ class Tasks(Extension):
 
     def _expire(self, session: PluginSession) -> None:
         self._timers.pop(session.id, None)
-        task = asyncio.get_running_loop().create_task(session.abort(EXPIRED, by="server"))
+        task = asyncio.get_running_loop().create_task(session.abort(EXPIRED, by=EXPIRED_BY))
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
@@ -528,7 +586,7 @@ class Tasks(Extension):
     ) -> dict[str, Any]:
         """Ended: a result (also a tool error, or the user's refusal), or cancelled."""
         text = next((c.text for c in outcome.content if isinstance(c, types.TextContent)), "")
-        if status in ("completed", "failed") or aborted_by == DENIED_BY:
+        if status in ("completed", "failed") or aborted_by in (DENIED_BY, REFUSED_BY):
             shown: dict[str, Any] = {"status": "completed"}
             if details:  # the CallToolResult as tools/call returns it on 2026-07-28
                 shown["result"] = {**_dump(outcome), "resultType": "complete"}
