@@ -34,6 +34,7 @@ from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared, modes_of
 from chatbridge.mcp.results import CallStore, error_of, final_result, terminal_result
@@ -104,8 +105,7 @@ class Rounds:
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
         self._ended: dict[str, _Ended] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._aborts: set[asyncio.Task[None]] = set()
+        self._expiries = Expiries(ttl, self._expire)
         self._progressed: dict[str, float] = {}  # the last progress sent, by live call
         self._asked: dict[str, str] = {}  # the question last returned, by live call
         # Calls between rounds: a URL question's page lets one run on, and end, before the
@@ -330,25 +330,19 @@ class Rounds:
 
     def _arm(self, session: PluginSession) -> None:
         """Abort the session when its state expires without a retry."""
-        self._disarm(session.id)
-        loop = asyncio.get_running_loop()
-        self._timers[session.id] = loop.call_later(self.ttl, self._expire, session)
+        self._expiries.arm(session)
 
     def _disarm(self, call_id: str) -> None:
-        timer = self._timers.pop(call_id, None)
-        if timer is not None:
-            timer.cancel()
+        self._expiries.disarm(call_id)
 
-    def _expire(self, session: PluginSession) -> None:
-        self._timers.pop(session.id, None)
+    async def _expire(self, session: PluginSession) -> None:
         self._forget(session.id)
         lock = self._locks.get(session.id)
         if lock is not None and not lock.locked():
             del self._locks[session.id]
-        reason = "the MCP client did not continue the call before its requestState expired"
-        task = asyncio.get_running_loop().create_task(session.abort(reason))
-        self._aborts.add(task)
-        task.add_done_callback(self._aborts.discard)
+        await session.abort(
+            "the MCP client did not continue the call before its requestState expired"
+        )
 
     def _prune(self) -> None:
         now = self._clock()

@@ -65,6 +65,7 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp.errors import public_error
+from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.modes import MODES_META, REFUSED_BY, ModeNotDeclared, modes_in, modes_of
 from chatbridge.mcp.results import StoredCall, error_of, final_result
@@ -192,13 +193,12 @@ class Tasks(Extension):
         self.settle, self.poll_ms = settle, int(poll_interval * 1000)
         self._created: dict[str, datetime] = {}
         self._drivers: dict[str, asyncio.Task[None]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._expiries = Expiries(ttl, self._expire)
         self._locks: dict[str, asyncio.Lock] = {}
         self._ended: dict[str, _Ended] = {}
         self._asked: dict[str, str] = {}  # call id → the question it put on record
         self._refused: dict[str, tuple[str, int]] = {}  # resumed: (open question, refusals)
         self._changed: dict[str, asyncio.Event] = {}  # set at each of the session's events
-        self._aborts: set[asyncio.Task[None]] = set()
 
     # -- the extension's contributions ------------------------------------------------------
 
@@ -496,20 +496,14 @@ class Tasks(Extension):
                 await asyncio.wait_for(changed.wait(), remaining)
 
     def _arm(self, session: PluginSession) -> None:
-        self._disarm(session.id)
-        loop = asyncio.get_running_loop()
-        self._timers[session.id] = loop.call_later(self.ttl, self._expire, session)
+        self._expiries.arm(session)
 
     def _disarm(self, call_id: str) -> None:
-        timer = self._timers.pop(call_id, None)
-        if timer is not None:
-            timer.cancel()
+        self._expiries.disarm(call_id)
 
-    def _expire(self, session: PluginSession) -> None:
-        self._timers.pop(session.id, None)
-        task = asyncio.get_running_loop().create_task(session.abort(EXPIRED, by=EXPIRED_BY))
-        self._aborts.add(task)
-        task.add_done_callback(self._aborts.discard)
+    @staticmethod
+    async def _expire(session: PluginSession) -> None:
+        await session.abort(EXPIRED, by=EXPIRED_BY)
 
     def _lock(self, task_id: str) -> asyncio.Lock:
         lock = self._locks.get(task_id)
