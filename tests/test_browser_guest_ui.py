@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Iterator
 
+import pytest
 from playwright.async_api import Browser, Page, expect
 
+from tests.conftest import MCP_REQUEST_TIMEOUT
+from tests.servers import free_port, migrated_env, start_daphne, stop
 from tests.test_browser import ARTIFACTS, open_chat
+
+REFUSED_TINT = (
+    "Your previous answer was not accepted: tint: String should match pattern "
+    "'^#[0-9a-fA-F]{6}$'. Please try again."
+)
 
 
 async def open_picker(browser: Browser, server: str) -> Page:
@@ -36,8 +45,11 @@ async def test_the_picker_runs_sandboxed_and_the_host_validates(
     await frame.get_by_label("Custom colour (hex)").fill("#zzz")
     await frame.get_by_role("button", name="Choose").click()
     error = frame.get_by_role("alert")
+    # Word for word what an MCP Apps host shows (tests/test_browser_mcp_app.py), DESIGN §9.
     await expect(error).to_have_text(
-        "color: '#zzz' does not match '^#[0-9a-fA-F]{6}$'", timeout=15000
+        "Your previous answer was not accepted: color: String should match pattern "
+        "'^#[0-9a-fA-F]{6}$'. Please try again.",
+        timeout=15000,
     )
     await expect(tool_status(page)).to_have_text("Running")  # the tool did not resume
     await expect(frame.get_by_label("Custom colour (hex)")).to_have_value("#zzz")
@@ -101,3 +113,56 @@ async def test_the_theme_comes_from_the_context(browser: Browser, server: str) -
     await box.press("Enter")
     frame = page.frame_locator("iframe.guest-frame")
     await expect(frame.locator("body")).to_have_class("dark", timeout=15000)
+
+
+@pytest.fixture(scope="module")
+def seed004_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app with pick_tint, whose guest UI speaks only seed 004 (tests/seed004.py)."""
+    tmp = tmp_path_factory.mktemp("seed004")
+    env = migrated_env(tmp / "db.sqlite3", "tests.seed004_settings")
+    env["CHATBRIDGE_MCP_REQUEST_TIMEOUT"] = str(MCP_REQUEST_TIMEOUT)
+    port = free_port()
+    proc = start_daphne(port, env, log=tmp / "daphne.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
+    browser: Browser, seed004_server: str
+) -> None:
+    """ui-lifecycle-iframe-ready → elicitation-context; ui/submit-elicitation refused on the
+    server with the words every transport uses, corrected, then a second call declined."""
+    page = await open_chat(browser, seed004_server)
+    box = page.get_by_role("textbox", name="Message")
+    await box.fill("Pick a tint")
+    await box.press("Enter")
+    guest = page.frame_locator("iframe.guest-frame")
+    await expect(guest.locator("#message")).to_have_text("Which tint?", timeout=15000)
+    await expect(guest.get_by_label("Tint")).to_have_value("#445566")  # the ui context
+
+    await guest.get_by_label("Tint").fill("#zz")
+    await guest.get_by_role("button", name="Send").click()
+    await expect(guest.get_by_role("alert")).to_have_text(REFUSED_TINT, timeout=15000)
+    await expect(guest.get_by_label("Tint")).to_have_value("#zz")  # the refused values back
+    card = page.locator(".tool-card", has_text="pick_tint")
+    await expect(card.locator(".status")).to_have_text("Running")  # the tool did not resume
+
+    await guest.get_by_label("Tint").fill("#12AB34")
+    await guest.get_by_role("button", name="Send").click()
+    await expect(card.locator(".status")).to_have_text("Done", timeout=15000)
+    await expect(card.locator(".tool-result")).to_contain_text("#12ab34")
+    reply = page.locator("article.msg.assistant").last
+    await expect(reply).to_contain_text("pick tint finished", timeout=15000)
+
+    await box.fill("Pick a tint")
+    await box.press("Enter")
+    await (
+        page.frame_locator("iframe.guest-frame")
+        .get_by_role("button", name="Decline")
+        .click(timeout=15000)
+    )
+    second = page.locator(".tool-card", has_text="pick_tint").last
+    await expect(second.locator(".status")).to_have_text("Done", timeout=15000)
+    await expect(second.locator(".tool-result")).to_contain_text("decline")
