@@ -87,14 +87,21 @@ async def test_presets_decline_and_cancel(browser: Browser, server: str) -> None
 
 
 async def test_messages_from_other_windows_are_ignored(browser: Browser, server: str) -> None:
+    """Answers in either protocol posted by the chat page itself (not the card's iframe) are
+    dropped: the picker's own Decline, sent after them, is what ends the call."""
     page = await open_picker(browser, server)
     await page.evaluate(
-        """window.postMessage({jsonrpc: "2.0", id: 1, method: "tools/call",
-             params: {name: "_ui_answer",
-                      arguments: {action: "accept", content: {color: "#000000"}}}}, "*")"""
+        """for (const message of [
+             {jsonrpc: "2.0", id: 1, method: "tools/call", params: {name: "_ui_answer",
+              arguments: {action: "accept", content: {color: "#000000"}}}},
+             {jsonrpc: "2.0", method: "ui/submit-elicitation",
+              params: {action: "accept", content: {color: "#000000"}}},
+             {type: "ui/submit-elicitation",
+              params: {action: "accept", content: {color: "#000000"}}},
+           ]) { window.postMessage(message, "*"); }"""
     )
-    await page.wait_for_timeout(1000)
-    await expect(tool_status(page)).to_have_text("Running")
+    await page.frame_locator("iframe.guest-frame").get_by_role("button", name="Decline").click()
+    await expect(page.get_by_text("No colour chosen (decline).")).to_be_visible(timeout=15000)
     await expect(page.locator(".color-result")).to_have_count(0)
 
 
