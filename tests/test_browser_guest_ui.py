@@ -173,3 +173,61 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
     second = page.locator(".tool-card", has_text="pick_tint").last
     await expect(second.locator(".status")).to_have_text("Done", timeout=15000)
     await expect(second.locator(".tool-result")).to_contain_text("decline")
+
+
+# A host as seed 004 describes one (tests outside the project drive the picker so): it answers
+# ui-lifecycle-iframe-ready with the context, keeps each ui/submit-elicitation, and sends the
+# context again with the error of a refused one. It ignores everything else (ui/initialize).
+SEED_004_HOST = """<!doctype html><html><head><meta charset="utf-8"><title>Seed 004 host</title>
+</head><body><iframe id="guest" sandbox="allow-scripts" title="Guest"
+  style="width: 480px; height: 560px"></iframe><script>
+window.submissions = [];
+window.context = {message: "Please select a color for your theme",
+  schema: {type: "object", properties: {color: {type: "string"}}, required: ["color"]},
+  context: {defaultColor: "#a855f7", theme: "dark"}};
+const frame = document.getElementById("guest");
+window.sendContext = (extra) => frame.contentWindow.postMessage({jsonrpc: "2.0",
+  method: "ui/notifications/elicitation-context", params: {...window.context, ...extra}}, "*");
+window.addEventListener("message", (event) => {
+  if (event.source !== frame.contentWindow) { return; }
+  const m = event.data || {};
+  const method = m.method || m.type;
+  if (method === "ui-lifecycle-iframe-ready") { window.sendContext({}); }
+  else if (method === "ui/submit-elicitation") { window.submissions.push(m.params); }
+});
+</script></body></html>"""
+
+
+async def test_the_picker_speaks_seed_004_to_a_seed_004_host(browser: Browser, server: str) -> None:
+    with urllib.request.urlopen(f"{server}/ui/color-picker/", timeout=10) as response:
+        picker = response.read().decode()
+    page = await browser.new_page()
+    await page.set_content(SEED_004_HOST)
+    await page.evaluate("(html) => { document.getElementById('guest').srcdoc = html; }", picker)
+    guest = page.frame_locator("#guest")
+    await expect(guest.locator("#message")).to_have_text("Please select a color for your theme")
+    await expect(guest.get_by_label("Custom colour (hex)")).to_have_value("#a855f7")
+    await expect(guest.locator("body")).to_have_class("dark")
+
+    await guest.get_by_label("Custom colour (hex)").fill("#zzz")
+    await guest.get_by_role("button", name="Choose").click()
+    await page.wait_for_function("window.submissions.length === 1")
+    assert await page.evaluate("window.submissions") == [
+        {"action": "accept", "content": {"color": "#zzz"}}
+    ]
+    await page.evaluate(
+        "window.sendContext({error: 'color: not a colour', submitted: {color: '#zzz'}})"
+    )
+    await expect(guest.get_by_role("alert")).to_have_text("color: not a colour")
+    await expect(guest.get_by_label("Custom colour (hex)")).to_have_value("#zzz")
+
+    await guest.get_by_label("Custom colour (hex)").fill("#12AB34")
+    await guest.get_by_role("button", name="Choose").click()
+    await page.wait_for_function("window.submissions.length === 2")
+    await page.evaluate("window.sendContext({})")  # as if refused again: the picker is usable
+    await guest.get_by_role("button", name="Decline").click()
+    await page.wait_for_function("window.submissions.length === 3")
+    assert (await page.evaluate("window.submissions"))[1:] == [
+        {"action": "accept", "content": {"color": "#12AB34"}},
+        {"action": "decline"},
+    ]
