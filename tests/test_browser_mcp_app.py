@@ -10,11 +10,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from mcp import Client
 from playwright.async_api import Browser, expect
 
 from tests.npm_clients import CLIENTS, MODULES, node
+from tests.test_mcp import apps_host
 
 HOST_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Test host</title></head>
 <body><iframe id="app" sandbox="allow-scripts" title="App"
@@ -61,7 +63,16 @@ def app_bridge(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def test_a_standard_mcp_apps_host_drives_the_picker(
     browser: Browser, server: str, app_bridge: Path
 ) -> None:
-    async with Client(f"{server}/mcp", mode="legacy") as client:
+    asked = asyncio.Event()  # the question is open: the View will find it
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            asked.set()
+
+    # The host negotiates MCP Apps: only then are _meta.ui and the app-only tools shown.
+    async with Client(
+        f"{server}/mcp", mode="legacy", extensions=apps_host(), logging_callback=on_log
+    ) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         uri = tools["choose_color"].meta["ui"]["resourceUri"]  # type: ignore[index]
         [resource] = (await client.read_resource(uri)).contents
@@ -77,6 +88,7 @@ async def test_a_standard_mcp_apps_host_drives_the_picker(
         await page.expose_function("serverCall", server_call)
         arguments = {"default_color": "#a855f7", "theme": "dark"}
         call = asyncio.create_task(client.call_tool("choose_color", arguments))
+        await asyncio.wait_for(asked.wait(), 15)
         tool = tools["choose_color"].model_dump(mode="json", by_alias=True, exclude_none=True)
         await page.evaluate(START_HOST, {"html": resource.text, "tool": tool, "args": arguments})
 

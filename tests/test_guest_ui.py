@@ -1,4 +1,4 @@
-"""guest_ui on the server: the schema is the authority, errors go back, the model follows."""
+"""guest_ui on the server: jsonschema first, refusals in the model's words, errors go back."""
 
 from __future__ import annotations
 
@@ -6,9 +6,23 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from chatbridge import Accept, Decline, ElicitId, ElicitRequest, FormPost, PluginContext, guest_ui
+from chatbridge import (
+    Accept,
+    Cancel,
+    Decline,
+    ElicitId,
+    ElicitRequest,
+    FormPost,
+    PluginContext,
+    guest_ui,
+)
+from chatbridge.chat.templatetags.chatbridge_tags import refusal
+from chatbridge.core.elicit import validate_result
+from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.guest_ui import JSON_FIELD, schema_errors
+from chatbridge.mcp.hosts import errors_text
 from plugins.choose_color.tool import ColorChoice, choose_color_plugin
 
 SCHEMA = ColorChoice.model_json_schema()
@@ -56,14 +70,43 @@ async def test_invalid_submissions_go_back_to_the_guest_and_never_reach_the_tool
     first, second = host.shown
     assert first["template"] == "chatbridge/guest_ui.html" and first["mode"] == "modal"
     assert first["guest_context"] == {"theme": "dark"} and first["errors"] == {}
-    assert second["errors"] == {"color": ["'#zzz' does not match '^#[0-9a-fA-F]{6}$'"]}
+    # Refused by the schema and the model alike: in the model's words (DESIGN §9).
+    assert second["errors"] == {"color": ["String should match pattern '^#[0-9a-fA-F]{6}$'"]}
     assert json.loads(second["values"][JSON_FIELD]) == {"color": "#zzz"}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"color": "#zzz"}, {}, {"color": "#123456", "name": "x" * 41}, {"color": 5, "name": 6}],
+)
+async def test_a_refused_answer_is_worded_for_the_guest_as_mcp_words_it(
+    bad: dict[str, Any],
+) -> None:
+    """The guest in the chat and an MCP client (``_ui_answer``, forms) read the same words."""
+    host = Host(guest(**bad), guest("cancel"))
+    assert await guest_ui(request(), PluginContext(request(), host)) == Cancel()
+    with pytest.raises(ElicitValidationError) as refused:
+        validate_result(Accept(bad), ColorChoice, "choose_color:color:c1:1")
+    assert refusal(host.shown[1]["errors"]) == errors_text(refused.value)
+    assert refusal({}) == ""
+
+
+async def test_what_only_the_schema_refuses_is_refused_in_its_words() -> None:
+    """The jsonschema check stays the first line: the model would take "5" as 5."""
+
+    class Count(BaseModel):
+        n: int
+
+    counted = ElicitRequest.build(ElicitId("t", "n", "c1", 1), Count, "How many?", {}, {}, UI)
+    host = Host(guest(n="5"), guest(n=5))
+    assert await guest_ui(counted, PluginContext(counted, host)) == Accept(Count(n=5))
+    assert host.shown[1]["errors"] == {"n": ["'5' is not of type 'integer'"]}
 
 
 async def test_garbage_json_and_decline() -> None:
     host = Host(FormPost("accept", {JSON_FIELD: "{oops"}), guest("decline"))
     assert await guest_ui(request(), PluginContext(request(), host)) == Decline()
-    assert host.shown[1]["errors"] == {"color": ["This field is required."]}
+    assert host.shown[1]["errors"] == {"color": ["Field required"]}  # the model's words
 
 
 async def test_a_question_without_a_ui_uri_is_a_clear_error() -> None:

@@ -360,16 +360,9 @@ def test_inspector_lists_and_reads_what_the_server_offers(server: str, home: Pat
     )
     assert [listed["rc"], modern["rc"], resources["rc"], read["rc"]] == [0, 0, 0, 0]
     tools = {tool["name"] for tool in listed["result"]["tools"]}
-    # The MCP App's own tools (visibility "app") are listed too: hosts keep them from the model.
-    assert tools == {
-        "book_flight",
-        "pick_card",
-        "send_feedback",
-        "choose_color",
-        "_respond",
-        "_ui_question",
-        "_ui_answer",
-    }
+    # The Inspector negotiates no MCP Apps: the MCP App's own tools (visibility "app") are not
+    # listed to it (ext-apps graceful degradation; tests/test_mcp.py lists them to a host).
+    assert tools == {"book_flight", "pick_card", "send_feedback", "choose_color", "_respond"}
     assert {tool["name"] for tool in modern["result"]["tools"]} == tools
     assert [(r["uri"], r["mimeType"]) for r in resources["result"]["resources"]] == [
         ("ui://color-picker", "text/html;profile=mcp-app")

@@ -14,6 +14,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.extension import ClientExtension, advertise
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -88,15 +89,8 @@ class Person:
 async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> None:
     async with Client(f"{server}/mcp", mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {
-        "book_flight",
-        "pick_card",
-        "send_feedback",
-        "choose_color",
-        "_respond",
-        "_ui_question",
-        "_ui_answer",
-    }
+    # No MCP Apps negotiated: no app-only tools (test_clients_without_mcp_apps_get_...).
+    assert set(tools) == {"book_flight", "pick_card", "send_feedback", "choose_color", "_respond"}
     assert tools["book_flight"].input_schema["required"] == ["origin", "destination"]
     assert tools["book_flight"].description.startswith("Book a flight for the user")
     assert tools["_respond"].input_schema["required"] == ["request_id", "payload"]
@@ -406,8 +400,49 @@ async def test_invalid_answers_are_asked_again_over_input_required_too() -> None
     assert "Your previous answer was not accepted: row:" in person.messages[2]
 
 
+APPS = "io.modelcontextprotocol/ui"
+APP_MIME = "text/html;profile=mcp-app"
+
+
+def apps_host() -> list[ClientExtension]:
+    """What an MCP Apps host declares (ext-apps 2026-01-26, capability negotiation)."""
+    return [advertise(APPS, {"mimeTypes": [APP_MIME]})]
+
+
+async def test_the_server_declares_the_mcp_apps_extension(server: str) -> None:
+    """``capabilities.extensions`` of ``server/discover`` (2026-07-28). The SDK's 2025-11-25
+    ``initialize`` result has no ``extensions`` field, so only discovery carries it."""
+    async with Client(f"{server}/mcp", mode="auto", extensions=apps_host()) as host:
+        assert host.protocol_version == "2026-07-28"
+        assert (host.server_capabilities.extensions or {}).get(APPS) == {}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_clients_without_mcp_apps_get_the_text_only_tools(server: str, mode: str) -> None:
+    """ext-apps, graceful degradation: only a client that negotiated the extension with the
+    mcp-app MIME type sees ``_meta.ui`` and the app-only tools; any other gets the tools
+    without them and cannot call the app-only ones (the question still comes as a form)."""
+    async with Client(f"{server}/mcp", mode=mode, extensions=apps_host()) as host:
+        shown = {t.name: t for t in (await host.list_tools()).tools}
+    assert shown["choose_color"].meta == {
+        "ui": {"resourceUri": "ui://color-picker", "visibility": ["model", "app"]}
+    }
+    assert {"_ui_question", "_ui_answer"} <= set(shown)
+    for declared in ([], [advertise(APPS, {"mimeTypes": ["text/uri-list"]})]):
+        async with Client(f"{server}/mcp", mode=mode, extensions=declared) as plain:
+            tools = {t.name: t for t in (await plain.list_tools()).tools}
+            with pytest.raises(MCPError) as refused:
+                await plain.call_tool("_ui_question", {})
+        assert "choose_color" in tools and "_ui_question" not in tools
+        assert "_ui_answer" not in tools
+        assert not (tools["choose_color"].meta or {}).get("ui")
+        assert APPS in refused.value.error.message
+        modern = mode != "legacy"
+        assert refused.value.error.code == (-32021 if modern else types.INVALID_PARAMS)
+
+
 async def test_guest_uis_are_mcp_app_resources_linked_from_their_tools(server: str) -> None:
-    async with Client(f"{server}/mcp", mode="legacy") as client:
+    async with Client(f"{server}/mcp", mode="legacy", extensions=apps_host()) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         resources = (await client.list_resources()).resources
         read = await client.read_resource("ui://color-picker")
@@ -440,7 +475,9 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
             notes.append(params.data)
             asked.set()
 
-    async with Client(f"{server}/mcp", mode="legacy", logging_callback=on_log) as client:
+    async with Client(
+        f"{server}/mcp", mode="legacy", logging_callback=on_log, extensions=apps_host()
+    ) as client:
         call = asyncio.create_task(
             client.call_tool("choose_color", {"default_color": "#A855F7", "theme": "dark"})
         )

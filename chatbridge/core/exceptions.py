@@ -29,6 +29,9 @@ __all__ = [
     "ToolDefinitionError",
     "UnknownElicitKey",
     "UrlQuestionsUnavailable",
+    "field_errors_text",
+    "format_errors",
+    "refusal_text",
 ]
 
 
@@ -43,6 +46,21 @@ def format_errors(errors: Sequence[Mapping[str, Any]]) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
+
+
+def field_errors_text(errors: Mapping[str, Sequence[str]]) -> str:
+    """Errors grouped by field (``__all__`` for the whole) as ``format_errors`` renders them."""
+    return "; ".join(
+        f"{'(root)' if field == '__all__' else field}: {message}"
+        for field, messages in errors.items()
+        for message in messages
+    )
+
+
+def refusal_text(detail: str) -> str:
+    """What every transport tells whoever answered when it refuses the answer and asks again
+    (DESIGN §9: the same answers refused with the same message)."""
+    return f"Your previous answer was not accepted: {detail}. Please try again."
 
 
 class ChatBridgeError(Exception):

@@ -2,20 +2,22 @@
 
 The tool asks with ``ui={"uri": "ui://…", "mode": "modal"|"inline", "context": {...}}``; the
 browser host shows the plugin's guest page in a sandboxed iframe and relays its
-``ui/submit-elicitation`` to the server, where every submission is checked against the
-``requestedSchema`` with ``jsonschema`` (the authority) and then the key's model. Errors go back
-to the guest; nothing invalid reaches the tool.
+answers to the server (``_ui_answer`` of an MCP App, or seed 004's ``ui/submit-elicitation``),
+where every submission is checked against the ``requestedSchema`` with ``jsonschema`` and the
+key's model. Errors go back to the guest; nothing invalid reaches the tool. An answer both
+refuse is refused with the model's words, as every other transport refuses it (DESIGN §9).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from chatbridge.core.elicit import ElicitRequest, ElicitResult
+from chatbridge.core.elicit import Accept, ElicitRequest, ElicitResult, validate_result
+from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.model_context import CONTEXT_KEY
 from chatbridge.core.plugins import FieldErrors, PluginContext
 
@@ -51,6 +53,26 @@ def _content(data: dict[str, Any]) -> dict[str, Any]:
     return content if isinstance(content, dict) else {JSON_FIELD: content}
 
 
+def _first_line(request: ElicitRequest) -> Callable[[dict[str, Any]], FieldErrors]:
+    """The ``jsonschema`` check, in the model's words where the model refuses the answer too:
+    the schema's own words are shown only for what the model alone would have taken."""
+    schema = request.schema.json
+
+    def check(data: dict[str, Any]) -> FieldErrors:
+        found = schema_errors(schema, data)
+        if not found:
+            return found
+        try:
+            validate_result(
+                Accept(data), request.schema.model, str(request.id), context=request.context
+            )
+        except ElicitValidationError as exc:
+            return exc.field_errors()
+        return found
+
+    return check
+
+
 async def guest_ui(request: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]:
     """Show the guest UI named by ``request.ui``; return its validated answer."""
     ui = request.ui or {}
@@ -58,12 +80,11 @@ async def guest_ui(request: ElicitRequest, ctx: PluginContext) -> ElicitResult[A
         raise ValueError(
             f"{request.id}: guest_ui needs ctx.elicit(..., ui={{'uri': 'ui://…'}}); got ui={ui!r}"
         )
-    schema = request.schema.json
     guest_context = {**(ui.get("context") or {}), **request.context}
     submission = await ctx.render(
         GUEST_UI_TEMPLATE,
         {"ui": ui, "mode": ui.get("mode", "inline"), "guest_context": guest_context},
         prepare=_content,
-        precheck=lambda data: schema_errors(schema, data),
+        precheck=_first_line(request),
     )
     return submission.result

@@ -15,6 +15,12 @@ A view names its call by ``call`` (``hostContext.toolInfo.id``, the JSON-RPC id 
 ``tools/call``) when its host tells it; otherwise the one open question of a UI in the same
 MCP session is meant. Only calls held open on this MCP session (legacy, pushed or ``_respond``)
 are found: a 2026-07-28 call has no session to find it by, and its host answers the form.
+
+The server declares the extension (``capabilities.extensions["io.modelcontextprotocol/ui"]``)
+and, as the spec asks, checks the client's: only a client that negotiated it with the
+``text/html;profile=mcp-app`` MIME type sees ``_meta.ui`` and the app-only tools (and may call
+them). Every other client gets the text-only variant of the same tools: the question comes as
+a form, its context (default colour, theme) in ``x-model-context`` (SEP-2133 degradation).
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import mcp_types as types
+from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID, client_supports_apps
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.sessions import PluginSession
@@ -31,6 +41,8 @@ from chatbridge.mcp.results import error_of
 
 __all__ = [
     "ANSWER_TOOL",
+    "APP_MIME_TYPE",
+    "EXTENSION_ID",
     "APP_TOOLS",
     "QUESTION_TOOL",
     "RESOURCE_UI_META",
@@ -38,6 +50,8 @@ __all__ = [
     "app_tools",
     "input_schema",
     "question",
+    "require_apps",
+    "supports_apps",
 ]
 
 QUESTION_TOOL = "_ui_question"
@@ -73,6 +87,30 @@ SEVERAL = (
     "Several calls of this session wait for an app's answer; "
     "name the call with the toolInfo.id of the host context."
 )
+
+
+def supports_apps(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request's client negotiated MCP Apps (with the mcp-app MIME type)."""
+    return client_supports_apps(ctx)
+
+
+def require_apps(ctx: ServerRequestContext[Any, Any], name: str) -> None:
+    """Refuse an app-only tool to a client that did not negotiate MCP Apps: -32021 with the
+    capability it lacks on 2026-07-28, invalid params before (no such code there)."""
+    if supports_apps(ctx):
+        return
+    message = (
+        f"{name!r} is a tool of MCP Apps views: declare the {EXTENSION_ID!r} extension with "
+        f"mimeTypes [{APP_MIME_TYPE!r}] in the client capabilities to use it."
+    )
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        needed = {"extensions": {EXTENSION_ID: {"mimeTypes": [APP_MIME_TYPE]}}}
+        raise MCPError(
+            types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message,
+            data={"requiredCapabilities": needed},
+        )
+    raise MCPError(types.INVALID_PARAMS, message)
 
 
 def input_schema(name: str) -> dict[str, Any]:

@@ -43,7 +43,12 @@ from chatbridge.core.elicit import (
     ElicitResult,
 )
 from chatbridge.core.events import SessionEvent
-from chatbridge.core.exceptions import ElicitNotPending, ElicitValidationError, format_errors
+from chatbridge.core.exceptions import (
+    ElicitNotPending,
+    ElicitValidationError,
+    format_errors,
+    refusal_text,
+)
 from chatbridge.core.model_context import CONTEXT_KEY, encode_message, with_context
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.levels import hears
@@ -74,7 +79,7 @@ class ClientGone(Exception):  # noqa: N818 - names what happened, like Connectio
 
 
 def errors_text(exc: ElicitValidationError) -> str:
-    return f"Your previous answer was not accepted: {format_errors(exc.errors)}. Please try again."
+    return refusal_text(format_errors(exc.errors))
 
 
 def wire_request(

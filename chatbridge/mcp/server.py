@@ -180,6 +180,8 @@ class McpBridge:
             cluster=cluster,
         )
         install(self.server, self.tasks, self._call_tool)
+        if self.ui_uris:  # MCP Apps (mcp/apps.py): what clients that negotiate it see
+            self.server.extensions[apps.EXTENSION_ID] = {}
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
@@ -192,6 +194,7 @@ class McpBridge:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        with_apps = bool(self.ui_uris) and apps.supports_apps(ctx)  # else the text-only variant
         listed = [
             types.Tool(
                 name=t.name,
@@ -203,7 +206,7 @@ class McpBridge:
                 _meta={
                     "ui": {"resourceUri": self.ui_of_tool[t.name], "visibility": ["model", "app"]}
                 }
-                if t.name in self.ui_of_tool
+                if with_apps and t.name in self.ui_of_tool
                 else None,
             )
             for t in self.tools.values()
@@ -215,7 +218,7 @@ class McpBridge:
                 input_schema=_RESPOND_SCHEMA,
             )
         )
-        if self.ui_uris:  # the app-only tools through which a guest UI answers (mcp/apps.py)
+        if with_apps:  # the app-only tools through which a guest UI answers (mcp/apps.py)
             listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
 
@@ -387,6 +390,7 @@ class McpBridge:
         self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
     ) -> types.CallToolResult:
         """``_ui_question``/``_ui_answer`` of a guest UI shown by an MCP Apps host."""
+        apps.require_apps(ctx, name)
         sessions = [self.manager.get(info.id) for info in self.manager.list_active()]
         client, caller = self._client(ctx), _caller(ctx)
         if name == apps.QUESTION_TOOL:

@@ -1,12 +1,20 @@
-/* ChatBridge as an MCP Apps host (spec 2026-01-26) for guest UIs of delegated questions.
- * Each .guest-ui card holds one sandboxed iframe (the View). Only messages whose source is the
- * iframe of a live card are answered; everything else is ignored. JSON-RPC 2.0 over postMessage:
+/* ChatBridge's host for the guest UIs of delegated questions. Each .guest-ui card holds one
+ * sandboxed iframe; only messages whose source is the iframe of a live card are answered,
+ * everything else is ignored. The guest may speak either protocol:
+ *
+ * MCP Apps (spec 2026-01-26), JSON-RPC 2.0 over postMessage:
  *   View → host: ui/initialize (→ hostContext: theme, toolInfo), ui/notifications/initialized,
  *     tools/call _ui_question (→ the open question, the last refusal), tools/call _ui_answer
- *     (relayed through the question's form: the server validates it and re-renders the card with
- *     the reason, or closes the question), ping.
+ *     (relayed through the question's form), ping.
  *   host → View: ui/notifications/tool-input (the call's arguments) after initialized.
- * The server stays the authority: nothing here decides whether an answer is valid. */
+ * Seed 004 (DESIGN §7), the rich-elicitation messages:
+ *   guest → host: ui-lifecycle-iframe-ready (as {type} or {method}); ui/submit-elicitation
+ *     {action: accept|decline|cancel, content} (relayed through the question's form).
+ *   host → guest: ui/notifications/elicitation-context {message, schema, context, error,
+ *     errors, submitted} on ready.
+ * Either way the server validates each answer and, refusing one, re-renders the card with the
+ * reason (the same words every transport uses), which the new guest reads as its question's
+ * error; nothing here decides whether an answer is valid. */
 (function () {
   "use strict";
 
@@ -21,11 +29,10 @@
     var values = readJson(card, 4) || {};
     var submitted = null;
     if (values.__json__) { try { submitted = JSON.parse(values.__json__); } catch (e) { submitted = null; } }
-    var errors = readJson(card, 3) || {};
     var schema = readJson(card, 1) || {};
     delete schema["x-model-context"];
     var message = readJson(card, 0) || "";
-    var refused = Object.keys(errors).map(function (k) { return k + ": " + errors[k].join(" "); }).join("; ");
+    var refused = readJson(card, 6) || "";
     return {
       content: [{ type: "text", text: message }],
       structuredContent: {
@@ -35,6 +42,20 @@
         error: refused || null,
         submitted: submitted
       }
+    };
+  }
+
+  /* Seed 004's ui/notifications/elicitation-context: the question, its context, the refusal
+   * of the last answer (error; errors by field) and the values refused. */
+  function elicitationContext(card) {
+    var asked = question(card).structuredContent;
+    return {
+      message: asked.message,
+      schema: asked.schema,
+      context: asked.context,
+      error: asked.error,
+      errors: readJson(card, 3) || {},
+      submitted: asked.submitted
     };
   }
 
@@ -106,13 +127,30 @@
     }
   }
 
+  /* Seed 004: true when ``message`` was one of its messages (and has been handled). */
+  function handleSeed004(card, frame, message) {
+    var method = message.method || message.type;
+    if (method === "ui-lifecycle-iframe-ready") {
+      frame.contentWindow.postMessage({
+        jsonrpc: "2.0", method: "ui/notifications/elicitation-context", params: elicitationContext(card)
+      }, "*");
+      return true;
+    }
+    if (method === "ui/submit-elicitation") {
+      relay(card, message.params || {});
+      return true;
+    }
+    return false;
+  }
+
   window.addEventListener("message", function (event) {
     var cards = document.querySelectorAll(".guest-ui");
     for (var i = 0; i < cards.length; i++) {
       var frame = cards[i].querySelector("iframe.guest-frame");
       if (!frame || event.source !== frame.contentWindow) { continue; }
       var message = event.data;
-      if (message && message.jsonrpc === "2.0" && typeof message.method === "string") {
+      if (!message || typeof message !== "object" || handleSeed004(cards[i], frame, message)) { return; }
+      if (message.jsonrpc === "2.0" && typeof message.method === "string") {
         handle(cards[i], frame, message);
       }
       return;

@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 
+from chatbridge.core.exceptions import field_errors_text, refusal_text
+
 register = template.Library()
 
 
@@ -31,3 +33,11 @@ def contains(container: Any, item: Any) -> bool:
         return False
     items = container if isinstance(container, list | tuple | set) else [container]
     return str(item) in {str(i) for i in items}
+
+
+@register.filter
+def refusal(errors: Any) -> str:
+    """The refusal of the last answer as every transport words it ("" when none)."""
+    if not isinstance(errors, Mapping) or not errors:
+        return ""
+    return refusal_text(field_errors_text(errors))
