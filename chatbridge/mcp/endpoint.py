@@ -19,7 +19,8 @@ from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
-from chatbridge.mcp.tasks import TRANSPORT, TaskRecord
+from chatbridge.mcp.task_cluster import TaskRecord
+from chatbridge.mcp.tasks import TRANSPORT
 
 __all__ = ["DjangoCallStore", "DjangoTaskCluster", "build_mcp_endpoint", "state_key"]
 

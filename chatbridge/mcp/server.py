@@ -32,6 +32,7 @@ from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
 from chatbridge.mcp.errors import public_error
+from chatbridge.mcp.extensions import install
 from chatbridge.mcp.flat import flat_schema
 from chatbridge.mcp.hosts import (
     Ask,
@@ -45,7 +46,8 @@ from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
 from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
 from chatbridge.mcp.results import CallStore, error_of, final_result, result_of
 from chatbridge.mcp.rounds import Rounds, RoundState
-from chatbridge.mcp.tasks import TaskCluster, Tasks, install
+from chatbridge.mcp.task_cluster import TaskCluster
+from chatbridge.mcp.tasks import Tasks
 from chatbridge.mcp.urls import request_origin
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]

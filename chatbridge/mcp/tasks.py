@@ -39,27 +39,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.extension import Extension, MethodBinding, compose_tool_call_handler
-from mcp.server.lowlevel import Server
+from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import require_client_extension
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import decode_header_value
-from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
 
-from chatbridge.core.approval import DENIED_BY
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
@@ -68,17 +62,17 @@ from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.modes import MODES_META, REFUSED_BY, ModeNotDeclared, modes_in, modes_of
-from chatbridge.mcp.results import StoredCall, error_of, final_result
+from chatbridge.mcp.results import error_of, final_result, terminal_result
 from chatbridge.mcp.rounds import Rounds
+from chatbridge.mcp.task_cluster import TaskCluster, TaskRecord
+from chatbridge.mcp.task_ids import TaskIds
+from chatbridge.mcp.task_wire import TaskParams, UpdateTaskParams, dump, ended_view, task_times
 from chatbridge.mcp.urls import request_origin
 
 __all__ = [
     "TASKS_EXTENSION",
     "TRANSPORT",
-    "TaskCluster",
-    "TaskRecord",
     "Tasks",
-    "install",
 ]
 
 logger = logging.getLogger("chatbridge.mcp")
@@ -88,68 +82,11 @@ TRANSPORT = "mcp-task"
 CANCELLED_BY = "mcp-client"  # aborted_by of a task ended by tasks/cancel
 EXPIRED = "the task expired: the client did not continue it in time"
 EXPIRED_BY = "server"
-_PREFIX = "mcpt_"
-_ID_LENGTH = len(_PREFIX) + 32 + 24
 _ACTIVE = ("running", "awaiting_elicit", "awaiting_sample")
 
 NOT_FOUND = "Failed to retrieve task: Task not found"
 GONE = "Failed to retrieve task: Task has expired"
 UNREACHABLE = "The server running this task cannot be reached right now; try again shortly."
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """A task's call as the database keeps it, and who holds it; ``meta``: the session meta
-    it was started with (its origin and declared elicitation modes); ``pending``: the id of
-    its open question, ``refused``: how many answers to it were refused."""
-
-    call: StoredCall
-    worker: str
-    created_at: datetime
-    updated_at: datetime
-    ended_at: datetime | None
-    meta: Mapping[str, str] = field(default_factory=dict)
-    pending: str = ""
-    refused: int = 0
-
-
-class TaskCluster(Protocol):
-    """The other workers and the shared database (the chat layer's, injected by the runtime)."""
-
-    worker: str  # this process
-
-    async def find(self, call_id: str) -> TaskRecord | None: ...
-
-    async def alive(self, worker: str) -> bool: ...
-
-    async def claim(self, call_id: str, worker: str) -> bool:
-        """Take the call over from ``worker`` (gone): True for exactly one claimant."""
-        ...
-
-    async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
-        """Have ``worker`` serve ``message`` (``Tasks.serve_routed``); None if unreachable."""
-        ...
-
-    async def end(self, call_id: str, worker: str, reason: str, by: str) -> bool:
-        """Record the suspended call as aborted (``reason``, ``by``) if ``worker`` (gone)
-        still holds it: True for exactly one caller."""
-        ...
-
-
-class TaskParams(types.RequestParams):
-    task_id: str = Field(min_length=1, max_length=200)
-
-
-class UpdateTaskParams(TaskParams):
-    input_responses: dict[str, Any] = Field(default_factory=dict)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    return dict(model.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 def _asks(tool: McpTool[Any, Any]) -> bool:
@@ -188,7 +125,7 @@ class Tasks(Extension):
         """``settle``: how long a call or an update waits for the next question or the end
         before answering (the spec allows either; waiting saves the client a poll)."""
         self.manager, self.served, self.rounds = manager, tools, rounds
-        self.keys, self.ttl, self.cluster = list(keys), ttl, cluster
+        self.ids, self.ttl, self.cluster = TaskIds(keys), ttl, cluster
         self._caller, self._client = caller, client
         self.settle, self.poll_ms = settle, int(poll_interval * 1000)
         self._created: dict[str, datetime] = {}
@@ -230,7 +167,7 @@ class Tasks(Extension):
             or TASKS_EXTENSION not in (caps.extensions or {})
         ):
             return await call_next(ctx)
-        call_id = self._new_id(self._caller(ctx))
+        call_id = self.ids.new(self._caller(ctx))
         meta = {
             "transport": TRANSPORT,
             "client": self._client(ctx),
@@ -285,23 +222,8 @@ class Tasks(Extension):
         named = headers.get("mcp-name") if headers is not None else None
         if named is not None and decode_header_value(named) != task_id:
             raise MCPError(HEADER_MISMATCH, "The Mcp-Name header does not name this task.")
-        if not self._owns(self._caller(ctx), task_id):
+        if not self.ids.owns(self._caller(ctx), task_id):
             raise _not_found()
-
-    # -- task ids ---------------------------------------------------------------------------
-
-    def _mac(self, key: bytes, nonce: str, caller: str) -> str:
-        return hmac.new(key, f"{nonce}:{caller}".encode(), hashlib.sha256).hexdigest()[:24]
-
-    def _new_id(self, caller: str) -> str:
-        nonce = uuid.uuid4().hex
-        return f"{_PREFIX}{nonce}{self._mac(self.keys[0], nonce, caller)}"
-
-    def _owns(self, caller: str, task_id: str) -> bool:
-        if len(task_id) != _ID_LENGTH or not task_id.startswith(_PREFIX):
-            return False
-        nonce, mac = task_id[len(_PREFIX) : -24], task_id[-24:]
-        return any(hmac.compare_digest(self._mac(k, nonce, caller), mac) for k in self.keys)
 
     # -- serving, wherever the task lives ---------------------------------------------------
 
@@ -531,17 +453,11 @@ class Tasks(Extension):
 
     async def _task(self, session: PluginSession, *, details: bool = True) -> dict[str, Any]:
         created = self._created.get(session.id, session.created_at)
-        task = self._base(session.id, created, session.updated_at)
+        task = task_times(session.id, created, session.updated_at, self.ttl, self.poll_ms)
         if session.finished:
             event = await session.wait_finished()  # at once: it has ended
-            if event.type == "completed":
-                outcome = final_result("completed", event.result, "")
-            elif event.type == "failed":
-                outcome = final_result("failed", None, event.error)
-            else:
-                reason = event.reason if event.type == "aborted" else "ended"
-                outcome = final_result("aborted", None, reason, session.aborted_by or "")
-            task.update(self._outcome(event.type, session.aborted_by or "", outcome, details))
+            outcome = terminal_result(session, event)
+            task.update(ended_view(event.type, session.aborted_by or "", outcome, details))
             return task
         pending = session.pending
         if pending is None or not self._asking(session):
@@ -554,66 +470,14 @@ class Tasks(Extension):
             # The same elicitation an MRTR round would carry (Rounds builds it).
             shaped = self.rounds._input_required(pending, "", note)
             [request] = (shaped.input_requests or {}).values()
-            task["inputRequests"] = {self._key(session): _dump(request)}
+            task["inputRequests"] = {self._key(session): dump(request)}
         return task
 
     def _recorded(self, task_id: str, record: TaskRecord) -> dict[str, Any]:
         call = record.call
-        task = self._base(task_id, record.created_at, record.ended_at or record.updated_at)
+        task = task_times(
+            task_id, record.created_at, record.ended_at or record.updated_at, self.ttl, self.poll_ms
+        )
         outcome = final_result(call.status, call.result, call.error, call.aborted_by)
-        task.update(self._outcome(call.status, call.aborted_by, outcome, True))
+        task.update(ended_view(call.status, call.aborted_by, outcome, True))
         return task
-
-    def _base(self, task_id: str, created: datetime, updated: datetime) -> dict[str, Any]:
-        return {
-            "taskId": task_id,
-            "createdAt": _iso(created),
-            "lastUpdatedAt": _iso(updated),
-            # Expiry is counted from the last update; ttlMs is from creation (spec), so it grows.
-            "ttlMs": int((updated - created).total_seconds() * 1000 + self.ttl * 1000),
-            "pollIntervalMs": self.poll_ms,
-        }
-
-    @staticmethod
-    def _outcome(
-        status: str, aborted_by: str, outcome: types.CallToolResult, details: bool
-    ) -> dict[str, Any]:
-        """Ended: a result (also a tool error, or the user's refusal), or cancelled."""
-        text = next((c.text for c in outcome.content if isinstance(c, types.TextContent)), "")
-        if status in ("completed", "failed") or aborted_by in (DENIED_BY, REFUSED_BY):
-            shown: dict[str, Any] = {"status": "completed"}
-            if details:  # the CallToolResult as tools/call returns it on 2026-07-28
-                shown["result"] = {**_dump(outcome), "resultType": "complete"}
-            return shown
-        return {"status": "cancelled", "statusMessage": text}
-
-
-def install(
-    server: Server[Any],
-    extension: Extension,
-    call_tool: Callable[
-        [ServerRequestContext[Any, Any], types.CallToolRequestParams], Awaitable[HandlerResult]
-    ],
-) -> None:
-    """Apply ``extension`` to a lowlevel ``Server`` as ``MCPServer(extensions=...)`` would:
-    its methods (gated to their protocol versions), its ``tools/call`` interceptor around
-    ``call_tool``, and its entry in the server's capabilities."""
-    for binding in extension.methods():
-        server.add_request_handler(binding.method, binding.params_type, _gated(binding))
-    server.add_request_handler(
-        "tools/call",
-        types.CallToolRequestParams,
-        compose_tool_call_handler([extension], call_tool),
-    )
-    server.extensions[extension.identifier] = extension.settings()
-
-
-def _gated(binding: MethodBinding) -> Any:
-    versions = binding.protocol_versions
-
-    async def gated(ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
-        if versions is not None and ctx.protocol_version not in versions:
-            raise MCPError(METHOD_NOT_FOUND, "Method not found", data=binding.method)
-        return await binding.handler(ctx, params)
-
-    return gated
