@@ -99,6 +99,15 @@ class RemoteChat:
             }
         )
 
+    async def book_to_seat(self, timeout: float = 20.0) -> tuple[str, dict[str, Any]]:
+        """Ask for a JFK-LAX booking and take the first flight: its id, and the seat question
+        that follows."""
+        await self.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
+        flights = await self.next("elicit", timeout, key="pick_flight")
+        flight_id: str = flights["context"]["flights"][0]["id"]
+        await self.answer(flights, flight_id=flight_id)
+        return flight_id, await self.next("elicit", timeout, key="pick_seat")
+
     async def review_and_pay(
         self, timeout: float = 20.0, *, base: str | None = None
     ) -> dict[str, Any]:

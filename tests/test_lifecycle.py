@@ -64,10 +64,7 @@ async def serving(kind: str, env: dict[str, str], log: Path) -> AsyncIterator[st
 async def open_question(chat: RemoteChat, state: str) -> dict[str, Any]:
     """Bring the conversation to ``state``; return the open question's form."""
     if state == "chat question":
-        await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
-        flights = await chat.next("elicit", key="pick_flight")
-        await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
-        return await chat.next("elicit", key="pick_seat")
+        return (await chat.book_to_seat())[1]
     await chat.send({"type": "user_message", "text": "Choose a colour"})
     return await chat.next("elicit", key="color")  # its form opens the guest UI
 

@@ -27,11 +27,7 @@ async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path
             base = f"http://127.0.0.1:{first_port}"
             chat = await RemoteChat.open(http, base)
             await chat.connect(base)
-            await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
-            flights = await chat.next("elicit", key="pick_flight")
-            flight_id = flights["context"]["flights"][0]["id"]
-            await chat.answer(flights, flight_id=flight_id)
-            seats = await chat.next("elicit", key="pick_seat")
+            flight_id, seats = await chat.book_to_seat()
 
             first.send_signal(signal.SIGKILL)  # a crash: nothing gets to clean up
             first.wait(timeout=10)
@@ -85,11 +81,7 @@ async def test_an_answer_resent_right_after_a_restart_is_delivered_not_busy(
             base = f"http://127.0.0.1:{first_port}"
             chat = await RemoteChat.open(http, base)
             await chat.connect(base)
-            await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
-            flights = await chat.next("elicit", key="pick_flight")
-            flight_id = flights["context"]["flights"][0]["id"]
-            await chat.answer(flights, flight_id=flight_id)
-            seats = await chat.next("elicit", key="pick_seat")
+            flight_id, seats = await chat.book_to_seat()
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=10)
             await chat.close()

@@ -30,11 +30,7 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
         async with aiohttp.ClientSession() as http:
             chat = await RemoteChat.open(http, base)
             await chat.connect(base)
-            await chat.send({"type": "user_message", "text": "Book a flight from JFK to LAX"})
-            flights = await chat.next("elicit", key="pick_flight")
-            flight_id = flights["context"]["flights"][0]["id"]
-            await chat.answer(flights, flight_id=flight_id)
-            seats = await chat.next("elicit", key="pick_seat")
+            flight_id, seats = await chat.book_to_seat()
             await chat.answer(seats, seat_label=seat_map_for(flight_id).first_free())
             await chat.answer(await chat.next("elicit", key="review"), confirm=True)
             payment = await chat.next("elicit", key="payment")
