@@ -16,7 +16,7 @@ from tests.servers import ROOT
 
 ARTIFACTS = ROOT / "test-artifacts"
 BOOK = "Book a flight from JFK to LAX"
-TICKET = re.compile(r"CB-[A-Z]{2}\d{3}-\d{1,2}[A-F]-[0-9A-F]{6}")
+TICKET = re.compile(r"CB-[A-Z]{2}\d{3}-\d{1,2}[A-F]-[0-9A-F]{10}")
 
 
 async def open_chat(browser: Browser, server: str, **options: object) -> Page:

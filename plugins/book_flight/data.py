@@ -217,4 +217,4 @@ def seat_map_for(flight_id: str) -> SeatMap:
 
 def issue_ticket(flight_id: str, seat: str) -> str:
     """Issue a ticket number: a side effect, so the tool wraps it in ``ctx.step``."""
-    return f"CB-{flight_id.replace('-', '')}-{seat}-{secrets.token_hex(3).upper()}"
+    return f"CB-{flight_id.replace('-', '')}-{seat}-{secrets.token_hex(5).upper()}"
