@@ -68,7 +68,10 @@ pytest: setup browser npm-clients
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
-test: lint typecheck pytest
+# The installs are independent (pip, npm, apt): they run side by side, then the checks.
+test:
+	@$(MAKE) --no-print-directory -j3 setup npm-clients browser
+	@$(MAKE) --no-print-directory lint typecheck pytest
 
 # The inner loop: everything but the slow tests.
 pytest-fast: setup browser npm-clients
