@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import io
 import re
+from datetime import datetime, timedelta
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.test import AsyncClient
+from django.test import AsyncClient, Client
+from django.utils import formats, timezone
 
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.chat.models import Conversation, JournalRecord, Message, ToolSession
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
@@ -21,6 +25,122 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 BOOK = "Book a flight from JFK to LAX"
 CHANGELIST = "/admin/chatbridge_chat/toolsession/"
+CONVERSATIONS = "/admin/chatbridge_chat/conversation/"
+
+
+class _Text(HTMLParser):
+    """The text a person sees: no tags, scripts or styles, whitespace collapsed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style", "template"):
+            self.hidden += 1
+        elif tag == "input" and dict(attrs).get("type") not in ("hidden", "checkbox"):
+            self.parts.append(f" [{dict(attrs).get('value') or ''}] ")
+        elif tag in ("br", "p", "div", "tr", "li", "h1", "h2", "pre", "td", "th", "summary"):
+            self.parts.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "template"):
+            self.hidden -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def visible(html: str) -> str:
+    parser = _Text()
+    parser.feed(html)
+    return " ".join("".join(parser.parts).split())
+
+
+def stamp(moment: datetime) -> str:
+    """A date and time in the admin's usual localized format."""
+    return str(formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT"))
+
+
+def staff_client() -> Client:
+    user = User.objects.create_superuser("ops", password="pw-123456")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def seed_rows() -> dict[str, Any]:
+    """A conversation, its messages, a completed call with a refused answer, a failed call
+    and a live one, written straight to the tables (as an older release left them)."""
+    now = timezone.now()
+    alice = Conversation.objects.create(owner="user:7", title="Trip to Denver")
+    bob = Conversation.objects.create(owner="session:abc123", title="Colours")
+    Message.objects.create(id="m1", conversation=alice, seq=1, role="user", content="Book it")
+    Message.objects.create(
+        id="m2",
+        conversation=alice,
+        seq=2,
+        role="assistant",
+        tool_calls=[{"id": "call_done", "function": {"name": "book_flight"}}],
+    )
+    done = ToolSession.objects.create(
+        id="call_done",
+        conversation=alice,
+        tool_name="book_flight",
+        arguments={"origin": "JFK", "destination": "DEN", "note": "<b>window</b>"},
+        status="completed",
+        phase="executing_tools",
+        result={"ticket": "TK-1", "seat": "12C"},
+        meta={"origin": "http://127.0.0.1", "transport": "chat"},
+        ended_at=now - timedelta(minutes=50),
+    )
+    JournalRecord.objects.create(
+        session=done,
+        seq=1,
+        kind="elicit",
+        key="pick_seat",
+        request={"key": "pick_seat", "message": "Select your seat", "context": {"rows": 30}},
+        result={"action": "accept", "content": {"row": 12, "seat": "C"}},
+        rejected=[
+            {
+                "at": (now - timedelta(minutes=55)).isoformat(),
+                "data": {"row": "twelve", "seat": "C"},
+                "errors": {
+                    "row": ["Input should be a valid integer, unable to parse string as an integer"]
+                },
+            }
+        ],
+        requested_at=now - timedelta(minutes=56),
+        answered_at=now - timedelta(minutes=55, seconds=56),
+    )
+    failed = ToolSession.objects.create(
+        id="call_failed",
+        conversation=bob,
+        tool_name="choose_color",
+        arguments={"name": "teal"},
+        status="failed",
+        phase="executing_tools",
+        error="ValueError: '#12345G' does not match '^#[0-9a-fA-F]{6}$'",
+        ended_at=now - timedelta(minutes=5),
+    )
+    live = ToolSession.objects.create(
+        id="call_live",
+        conversation=bob,
+        tool_name="choose_color",
+        arguments={"name": "red"},
+        status="awaiting_elicit",
+        phase="plugin_awaiting_elicit",
+        pending_key="color",
+        pending_message="Pick a colour",
+        pending_since=now - timedelta(minutes=3, seconds=5),
+        worker="gone:1",
+    )
+    ToolSession.objects.filter(pk=done.pk).update(created_at=now - timedelta(hours=1))
+    ToolSession.objects.filter(pk=failed.pk).update(created_at=now - timedelta(days=9))
+    ToolSession.objects.filter(pk=live.pk).update(created_at=now - timedelta(hours=2, minutes=1))
+    return {"alice": alice, "bob": bob, "now": now}
 
 
 async def at_seat_picker(chat: ChatClient) -> dict[str, Any]:
@@ -68,19 +188,26 @@ async def test_staff_see_the_live_session_and_its_pending_question() -> None:
     listing = (await staff.get(CHANGELIST)).content.decode()
     assert seats["session_id"] in listing
     assert "awaiting_elicit" in listing and "pick_seat: Select your seat on" in listing
-    filtered = (await staff.get(CHANGELIST + "?status=awaiting_elicit&age=1h")).content.decode()
+    today = timezone.localdate().isoformat()
+    filtered = (
+        await staff.get(CHANGELIST + f"?status=awaiting_elicit&created_at__gte={today}")
+    ).content.decode()
     assert seats["session_id"] in filtered
     assert (
         seats["session_id"] not in (await staff.get(CHANGELIST + "?status=failed")).content.decode()
     )
 
-    page = await change_page(staff, seats["session_id"])
-    assert "waiting for <strong>pick_seat</strong>" in page and "Abort this session" in page
+    page = visible(await change_page(staff, seats["session_id"]))
+    assert "waiting for pick_seat for" in page and "Abort this session…" in page
     assert "flight_id" in page  # the journal inline shows the first answer
 
-    active = (await staff.get(CHANGELIST + "active/")).content.decode()
+    active = visible((await staff.get(CHANGELIST + "active/")).content.decode())
     assert "Active sessions in the running workers" in active
     assert seats["session_id"] in active and "pick_seat" in active
+    row_shown = await row(seats["session_id"])
+    assert f"Started {stamp(row_shown.created_at)}" not in active  # the worker's clock, but:
+    assert re.search(r"pick_seat: Select your seat.*? (under a second|\d+ seconds?) \w{3}", active)
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d", active) and not re.search(r"\d s\b", active)
     await chat.close()
 
 
@@ -88,9 +215,19 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     chat = await ChatClient.start()
     seats = await at_seat_picker(chat)
     staff = await login(staff=True)
-    response = await staff.post(
-        f"{CHANGELIST}{seats['session_id']}/abort/", {"reason": "maintenance"}
-    )
+    url = f"{CHANGELIST}{seats['session_id']}/abort/"
+    assert f'href="{url}"' in await change_page(staff, seats["session_id"])
+    confirm = visible((await staff.get(url)).content.decode())
+    assert "Abort 1 live session?" in confirm
+    assert f"{seats['session_id']} book_flight" in confirm
+    assert "Reason: [maintenance]" in confirm  # prefilled, editable
+    assert 'The user reads: "Stopped by an operator: <reason>".' in confirm
+    assert "Yes, abort" in confirm and "No, go back" in confirm
+    refused = visible((await staff.post(url, {"reason": "  "})).content.decode())
+    assert "This field is required." in refused
+    assert (await row(seats["session_id"])).status == "awaiting_elicit"
+
+    response = await staff.post(url, {"reason": "maintenance"})
     assert response.status_code == 302
     ended = await chat.next("tool_call", status="aborted")
     assert ended["error"] == "Aborted by operator ops: maintenance"
@@ -99,7 +236,10 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     await chat.turn_done()
     record = await row(seats["session_id"])
     assert (record.status, record.aborted_by) == ("aborted", "operator ops")
+    assert (record.abort_reason, record.phase) == ("maintenance", "done")
     assert record.aborted_at is not None and record.ended_at is not None
+    page = visible(await change_page(staff, seats["session_id"]))
+    assert "Aborted by operator ops" in page and "Abort reason maintenance" in page
     assert current_runtime().manager.get(seats["session_id"]) is None
     await chat.close()
 
@@ -108,12 +248,28 @@ async def test_the_admin_action_aborts_selected_sessions() -> None:
     chat = await ChatClient.start()
     seats = await at_seat_picker(chat)
     staff = await login(staff=True)
-    response = await staff.post(
-        CHANGELIST, {"action": "abort_sessions", "_selected_action": [seats["session_id"]]}
+    await sync_to_async(ToolSession.objects.create)(
+        id="call_old", tool_name="pick_card", status="completed", ended_at=timezone.now()
     )
+    selected = {"action": "abort_sessions", "_selected_action": [seats["session_id"], "call_old"]}
+    response = await staff.post(CHANGELIST, selected)
+    assert response.status_code == 200  # a confirmation page first; nothing stopped yet
+    confirm = visible(response.content.decode())
+    assert "Abort 1 live session?" in confirm
+    assert f"{seats['session_id']} book_flight" in confirm
+    assert "Not live, left alone: call_old pick_card (completed)" in confirm
+    assert "Reason: [maintenance]" in confirm
+    assert (await row(seats["session_id"])).status == "awaiting_elicit"
+
+    response = await staff.post(CHANGELIST, {**selected, "post": "yes", "reason": "db upgrade"})
     assert response.status_code == 302
     ended = await chat.next("tool_call", status="aborted")
-    assert ended["error"] == "Aborted by operator ops"
+    assert ended["error"] == "Aborted by operator ops: db upgrade"
+    listing = visible((await staff.get(response["Location"])).content.decode())
+    assert "Aborted 1 live session: “db upgrade”. 1 selected session was not live." in listing
+    record = await row(seats["session_id"])
+    assert (record.aborted_by, record.abort_reason) == ("operator ops", "db upgrade")
+    assert (await row("call_old")).status == "completed"
     await chat.close()
 
 
@@ -148,6 +304,7 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
 
     session = await row(seats["session_id"])
     assert session.status == "completed" and session.result == result
+    assert session.phase == "done"
     records = [r async for r in JournalRecord.objects.filter(session=session).order_by("seq")]
     assert [(r.seq, r.kind, r.key) for r in records] == [
         (1, "elicit", "pick_flight"),
@@ -211,3 +368,130 @@ def test_prune_ages_are_checked() -> None:
 
     with pytest.raises(CommandError, match="--older-than must look like 30m, 12h, 7d or 2w"):
         call_command("chatbridge_sessions", "prune", "--older-than", "soon")
+
+
+def test_read_only_pages_offer_no_save_or_delete_and_no_fields() -> None:
+    rows = seed_rows()
+    staff = staff_client()
+    pages = {
+        "session": f"{CHANGELIST}call_done/change/",
+        "live session": f"{CHANGELIST}call_live/change/",
+        "conversation": f"{CONVERSATIONS}{rows['alice'].pk}/change/",
+    }
+    for what, url in pages.items():
+        response = staff.get(url)
+        assert response.status_code == 200, what
+        html = response.content.decode()
+        text = visible(html)
+        assert "Close" in text, what
+        for word in ("Save", "Delete", "Save and continue editing"):
+            assert word not in text, (what, word)
+        fields = re.findall(r"<(?:input|textarea|select)\b[^>]*>", html)
+        assert [f for f in fields if 'type="hidden"' not in f] == [], what
+        assert staff.post(url, {"status": "completed"}).status_code == 403, what
+        assert staff.get(url.replace("/change/", "/delete/")).status_code == 403, what
+    # The live session can still be stopped from its page.
+    live = visible(staff.get(pages["live session"]).content.decode())
+    assert "Abort this session…" in live
+    # No bulk delete, no "Add".
+    for listing in (CHANGELIST, CONVERSATIONS):
+        text = visible(staff.get(listing).content.decode())
+        assert "Delete selected" not in text and "Add " not in text
+    assert "Abort the selected live sessions" in visible(staff.get(CHANGELIST).content.decode())
+    assert ToolSession.objects.get(pk="call_done").status == "completed"
+
+
+def test_times_read_as_durations_and_local_dates() -> None:
+    rows = seed_rows()
+    staff = staff_client()
+    listing = visible(staff.get(CHANGELIST).content.decode())
+    assert "Waiting for" in listing and "Age" in listing
+    assert "color: Pick a colour 3 minutes" in listing  # pending question, then how long
+    assert "2 hours" in listing and "9 days" in listing
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d", listing)
+
+    live = ToolSession.objects.get(pk="call_live")
+    page = visible(staff.get(f"{CHANGELIST}call_live/change/").content.decode())
+    assert f"Started {stamp(live.created_at)} (2 hours ago)" in page
+    assert "waiting for color for 3 minutes" in page
+    done = ToolSession.objects.get(pk="call_done")
+    page = visible(staff.get(f"{CHANGELIST}call_done/change/").content.decode())
+    assert f"Ended {stamp(done.ended_at)} (50 minutes ago)" in page
+    assert "4 seconds" in page  # the answer's latency
+    refused_at = rows["now"] - timedelta(minutes=55)
+    assert f"{stamp(refused_at)}: {{\"row\": \"twelve\", \"seat\": \"C\"}}" in page
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d", page)
+    assert not re.search(r"\d s\b", page)
+
+
+def test_json_is_indented_escaped_and_folded() -> None:
+    seed_rows()
+    html = staff_client().get(f"{CHANGELIST}call_done/change/").content.decode()
+    arguments = (
+        "<pre>{\n"
+        "  &quot;origin&quot;: &quot;JFK&quot;,\n"
+        "  &quot;destination&quot;: &quot;DEN&quot;,\n"
+        "  &quot;note&quot;: &quot;&lt;b&gt;window&lt;/b&gt;&quot;\n"
+        "}</pre>"
+    )
+    assert arguments in html and "<b>window</b>" not in html
+    assert '<pre>{\n  &quot;ticket&quot;: &quot;TK-1&quot;,' in html  # the result
+    folded = re.findall(r"<details[^>]*>\s*<summary>(.*?)</summary>\s*<pre>", html, re.S)
+    summaries = [visible(s) for s in folded]
+    assert "accept: row 12, seat C" in summaries  # the journal's answer
+    assert "pick_seat: Select your seat" in summaries  # the journal's request
+    assert any(s.startswith("origin: http://127.0.0.1") for s in summaries)  # meta
+    text = visible(html)
+    assert "{'" not in text and "None" not in text  # no Python reprs
+
+
+def test_session_list_names_conversation_and_owner_and_filters() -> None:
+    rows = seed_rows()
+    staff = staff_client()
+    html = staff.get(CHANGELIST).content.decode()
+    text = visible(html)
+    assert "Conversation" in text and "Owner" in text
+    link = f'href="{CONVERSATIONS}{rows["alice"].pk}/change/"'
+    assert re.search(rf"<a {link}>Trip to Denver</a>", html)
+    assert "user:7" in text and "session:abc123" in text
+    for heading in ("By status", "By tool", "By started"):
+        assert heading in text
+    assert "Past 7 days" in text and "Any date" in text
+    since = (rows["now"] - timedelta(days=7)).date().isoformat()
+    recent = visible(staff.get(f"{CHANGELIST}?created_at__gte={since}").content.decode())
+    assert "call_live" in recent and "call_failed" not in recent
+    found = visible(staff.get(f"{CHANGELIST}?q=abc123").content.decode())
+    assert "call_live" in found and "call_done" not in found
+    found = visible(staff.get(f"{CHANGELIST}?q=Denver").content.decode())
+    assert "call_done" in found and "call_live" not in found
+    # The conversation page lists its tool calls, linked.
+    conversation = staff.get(f"{CONVERSATIONS}{rows['alice'].pk}/change/").content.decode()
+    assert f'href="{CHANGELIST}call_done/change/"' in conversation
+
+
+def test_errors_keep_their_technical_text_for_operators() -> None:
+    seed_rows()
+    staff = staff_client()
+    failed = visible(staff.get(f"{CHANGELIST}call_failed/change/").content.decode())
+    assert "ValueError: '#12345G' does not match '^#[0-9a-fA-F]{6}$'" in failed
+    done = visible(staff.get(f"{CHANGELIST}call_done/change/").content.decode())
+    assert (
+        "refused: row: Input should be a valid integer, unable to parse string as an integer"
+        in done
+    )
+
+
+def test_ended_sessions_show_a_final_phase_and_old_rows_are_fixed() -> None:
+    seed_rows()
+    migration = importlib.import_module("chatbridge.chat.migrations.0009_abort_reason_final_phase")
+    from django.apps import apps
+
+    migration.finish_phases(apps, None)
+    phases = dict(ToolSession.objects.values_list("id", "phase"))
+    assert phases == {
+        "call_done": "done",
+        "call_failed": "done",
+        "call_live": "plugin_awaiting_elicit",
+    }
+    text = visible(staff_client().get(f"{CHANGELIST}call_done/change/").content.decode())
+    assert "Phase done" in text
