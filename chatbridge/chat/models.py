@@ -76,6 +76,7 @@ class Message(models.Model):
 
 
 ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")
+FINAL_PHASE = "done"  # the phase of an ended call (completed, failed or aborted)
 
 
 class ToolSession(models.Model):
@@ -116,6 +117,12 @@ class ToolSession(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     aborted_by = models.CharField(max_length=150, blank=True, default="")
+    abort_reason = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        help_text="the reason an operator gave, as typed (the user reads it)",
+    )
     aborted_at = models.DateTimeField(null=True, blank=True)
     resumes = models.PositiveIntegerField(
         default=0, help_text="times the call was resumed by replaying its journal"

@@ -5,10 +5,23 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, FINAL_PHASE, ToolSession
 from chatbridge.chat.workers import broadcast_abort
 
-__all__ = ["abort_tool_session"]
+__all__ = ["DEFAULT_ABORT_REASON", "OPERATOR_PREFIX", "abort_tool_session", "operator_reason"]
+
+# What the admin's reason field starts with; the user reads "Stopped by an operator: <reason>".
+DEFAULT_ABORT_REASON = "maintenance"
+# ``ToolSession.aborted_by`` of an operator's abort is "operator <name>".
+OPERATOR_PREFIX = "operator "
+
+
+def operator_reason(error: str, aborted_by: str) -> str:
+    """The reason an operator typed, from an abort's text ``Aborted by operator <name>: <reason>``
+    (what the live event and the row's ``error`` carry); "" if none was given."""
+    if not aborted_by.startswith(OPERATOR_PREFIX):
+        return ""
+    return error.removeprefix(f"Aborted by {aborted_by}").removeprefix(":").strip()
 
 
 def abort_tool_session(
@@ -18,20 +31,28 @@ def abort_tool_session(
 
     The abort goes to every worker through the channel layer; the one holding the session
     stops the tool (which sees ``SessionAborted``), the chat shows it and the model is told.
-    A session no worker holds (its process died) is marked aborted in the table.
+    A session no worker holds (its process died) is marked aborted in the table. Who aborted
+    (``aborted_by``: "operator <name>") and the reason as typed (``abort_reason``) are on record.
     """
     if session.status not in ACTIVE_STATUSES:
         return f"Session {session.id} is not live ({session.status})."
-    by = f"operator {operator}"
+    by = f"{OPERATOR_PREFIX}{operator}"
+    reason = reason.strip()
     message = f"Aborted by {by}" + (f": {reason}" if reason else "")
+    # On record before the worker ends the call: whoever renders the ended call finds it.
+    ToolSession.objects.filter(pk=session.id, status__in=ACTIVE_STATUSES).update(
+        abort_reason=reason
+    )
     worker = async_to_sync(broadcast_abort)(session.id, message, by, wait)
     if worker is not None:  # its recorder writes the final state as the tool stops
         return f"Session {session.id} aborted on worker {worker}."
     now = timezone.now()
     ToolSession.objects.filter(pk=session.id).update(
         status="aborted",
+        phase=FINAL_PHASE,
         error=f"{message} (no running worker held it)",
         aborted_by=by,
+        abort_reason=reason,
         aborted_at=now,
         ended_at=now,
         pending_key="",

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.chat.models import FINAL_PHASE, JournalRecord, ToolSession
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import ClaimLost
@@ -144,6 +144,7 @@ def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any
 def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "status": session.status,
+        "phase": FINAL_PHASE,  # not the conversation's phase of the moment
         "ended_at": timezone.now(),
         **_pending_fields(session),
     }

@@ -84,6 +84,7 @@ def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:
             pk=call_id, worker=holder, status__in=("running", "awaiting_elicit", "awaiting_sample")
         ).update(
             status="aborted",
+            phase="done",
             worker=WORKER_ID,
             error=reason,
             aborted_by=by,

@@ -1,0 +1,163 @@
+"""How the admin shows values to operators: durations, dates, folded JSON, refused answers.
+
+Operators read the exact technical text (validation errors, exception messages) here; only
+its presentation is for people: indented JSON folded under a one-line summary, dates in the
+admin's localized format, durations in words.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import formats, timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince
+
+__all__ = [
+    "NOTHING",
+    "ago",
+    "duration",
+    "folded_json",
+    "local_stamp",
+    "rejected_answers",
+    "summary",
+    "when",
+]
+
+NOTHING = "—"
+SUMMARY_WIDTH = 90
+
+
+def duration(seconds: float | None) -> str:
+    """``4 seconds``, ``3 minutes``, ``2 hours, 5 minutes``: a span for people."""
+    if seconds is None:
+        return NOTHING
+    if seconds < 1:
+        return "under a second"
+    if seconds < 60:
+        whole = int(seconds)
+        return f"{whole} second" if whole == 1 else f"{whole} seconds"
+    now = timezone.now()
+    return timesince(now - timedelta(seconds=seconds), now)
+
+
+def local_stamp(moment: datetime | None) -> str:
+    """A date and time in the admin's localized format, in the current time zone."""
+    if moment is None:
+        return NOTHING
+    return str(formats.date_format(timezone.localtime(moment), "DATETIME_FORMAT"))
+
+
+def ago(moment: datetime) -> str:
+    """``3 minutes ago``, or ``just now``."""
+    if timezone.now() - moment < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(moment)} ago"
+
+
+def when(moment: datetime | None) -> str:
+    """``Nov. 23, 2026, 8:11 p.m. (3 minutes ago)``."""
+    if moment is None:
+        return NOTHING
+    return f"{local_stamp(moment)} ({ago(moment)})"
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _pairs(mapping: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{key}: {'…' if isinstance(value, dict | list) else _scalar(value)}"
+        for key, value in mapping.items()
+    )
+
+
+def _called(item: Any) -> bool:
+    """An OpenAI tool call: ``{"id": ..., "function": {"name": ...}}``."""
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("function"), dict)
+        and "name" in item["function"]
+    )
+
+
+def summary(value: Any) -> str:
+    """One line saying what a JSON value holds (the folded view's label)."""
+    if isinstance(value, dict):
+        if "action" in value and set(value) <= {"action", "content"}:  # an elicitation answer
+            content = value.get("content")
+            if isinstance(content, dict) and content:
+                pairs = ", ".join(f"{k} {_scalar(v)}" for k, v in content.items())
+                text = f"{value['action']}: {pairs}"
+            else:
+                text = str(value["action"])
+        elif "key" in value and "message" in value:  # an elicitation request
+            first = str(value["message"]).splitlines()[:1]
+            text = f"{value['key']}: {first[0] if first else ''}"
+        elif not value:
+            text = "(empty)"
+        else:
+            text = _pairs(value)
+    elif isinstance(value, list) and value and all(_called(item) for item in value):
+        text = ", ".join(f"{item['function']['name']} ({item.get('id', '?')})" for item in value)
+    elif isinstance(value, list):
+        text = f"{len(value)} item" + ("" if len(value) == 1 else "s")
+    else:
+        text = _scalar(value)
+    return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
+
+
+def folded_json(value: Any, *, label: str | None = None, open: bool = False) -> SafeString | str:
+    """Indented, escaped JSON in a ``<details>`` whose summary says what it holds."""
+    if value is None:
+        return NOTHING
+    text = json.dumps(value, ensure_ascii=False, indent=2)
+    return format_html(
+        '<details class="cb-json"{}><summary>{}</summary><pre>{}</pre></details>',
+        SafeString(" open") if open else "",
+        label if label is not None else summary(value),
+        text,
+    )
+
+
+def _errors(errors: Any) -> str:
+    """A refused answer's validation errors, word for word: ``field: message; …``."""
+    if isinstance(errors, dict):
+        return "; ".join(f"{field}: {_errors(messages)}" for field, messages in errors.items())
+    if isinstance(errors, list):
+        return " ".join(str(e) for e in errors)
+    return str(errors)
+
+
+def _refused_at(text: Any) -> str:
+    try:
+        return local_stamp(datetime.fromisoformat(str(text)))
+    except ValueError:
+        return str(text or NOTHING)
+
+
+def rejected_answers(rejected: list[dict[str, Any]]) -> SafeString | str:
+    """Each refused answer: when, what was sent (JSON) and the exact validation errors."""
+    if not rejected:
+        return NOTHING
+    return format_html(
+        '<ol class="cb-refused">{}</ol>',
+        format_html_join(
+            "",
+            '<li>{}: <code>{}</code><br>refused: <span class="cb-error">{}</span></li>',
+            (
+                (
+                    _refused_at(item.get("at")),
+                    json.dumps(item.get("data"), ensure_ascii=False),
+                    _errors(item.get("errors")),
+                )
+                for item in rejected
+            ),
+        ),
+    )
