@@ -18,6 +18,7 @@ from django.test import AsyncClient, Client
 from django.utils import formats, timezone
 
 from chatbridge.chat.models import Conversation, JournalRecord, Message, ToolSession
+from chatbridge.chat.operations import operator_reason
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
@@ -235,6 +236,7 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     record = await row(seats["session_id"])
     assert (record.status, record.aborted_by) == ("aborted", "operator ops")
     assert (record.abort_reason, record.phase) == ("maintenance", "done")
+    assert operator_reason(ended["error"], record.aborted_by) == "maintenance"
     assert record.aborted_at is not None and record.ended_at is not None
     page = visible(await change_page(staff, seats["session_id"]))
     assert "Aborted by: operator ops" in page and "Abort reason: maintenance" in page

@@ -206,7 +206,6 @@ class ToolSessionAdmin(ReadOnlyAdmin):
         "pending_question",
         "waiting",
         "age",
-        "transport",
         "worker",
     )
     list_select_related = ("conversation",)
@@ -260,6 +259,18 @@ class ToolSessionAdmin(ReadOnlyAdmin):
     readonly_fields = tuple(
         name for _, options in fieldsets for name in cast(tuple[str, ...], options["fields"])
     )
+
+    def get_fieldsets(self, request: HttpRequest, obj: ToolSession | None = None) -> Any:
+        """Leave out the abort and pending-question sections when they have nothing to say."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        empty = set()
+        if not (obj.aborted_by or obj.aborted_at):
+            empty.add("Abort")
+        if not obj.pending_key:
+            empty.add("Pending question")
+        return [(name, options) for name, options in fieldsets if name not in empty]
 
     # -- columns and fields ----------------------------------------------------------------
 
