@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.test import AsyncClient, Client
 from django.utils import formats, timezone
 
-from chatbridge.chat.models import Conversation, JournalRecord, Message, ToolSession
+from chatbridge.chat.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
 from chatbridge.chat.operations import operator_reason
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 BOOK = "Book a flight from JFK to LAX"
 CHANGELIST = "/admin/chatbridge_chat/toolsession/"
 CONVERSATIONS = "/admin/chatbridge_chat/conversation/"
+LINKS = "/admin/chatbridge_chat/elicitlink/"
 
 
 class _Text(HTMLParser):
@@ -69,6 +70,12 @@ def staff_client() -> Client:
     user = User.objects.create_superuser("ops", password="pw-123456")
     client = Client()
     client.force_login(user)
+    return client
+
+
+def staff_client_again() -> Client:
+    client = Client()
+    client.force_login(User.objects.get(username="ops"))
     return client
 
 
@@ -137,6 +144,27 @@ def seed_rows() -> dict[str, Any]:
         pending_message="Pick a colour",
         pending_since=now - timedelta(minutes=3, seconds=5),
         worker="gone:1",
+    )
+    Message.objects.create(
+        id="m3",
+        conversation=alice,
+        seq=3,
+        role="tool",
+        tool_call_id="call_done",
+        content='{"ticket": "TK-1", "seat": "12C"}',
+    )
+    ElicitLink.objects.create(
+        elicit_id="call_done:payment",
+        call_id="call_done",
+        tool_name="book_flight",
+        key="payment",
+        token_hash="0" * 64,
+        nonce="n1",
+        message="Pay for your ticket",
+        params={"amount": 129, "currency": "USD"},
+        expires_at=now + timedelta(minutes=15),
+        completed_at=now - timedelta(minutes=51),
+        result={"paid": True},
     )
     ToolSession.objects.filter(pk=done.pk).update(created_at=now - timedelta(hours=1))
     ToolSession.objects.filter(pk=failed.pk).update(created_at=now - timedelta(days=9))
@@ -377,6 +405,7 @@ def test_read_only_pages_offer_no_save_or_delete_and_no_fields() -> None:
         "session": f"{CHANGELIST}call_done/change/",
         "live session": f"{CHANGELIST}call_live/change/",
         "conversation": f"{CONVERSATIONS}{rows['alice'].pk}/change/",
+        "URL question": f"{LINKS}{ElicitLink.objects.get().pk}/change/",
     }
     for what, url in pages.items():
         response = staff.get(url)
@@ -394,7 +423,7 @@ def test_read_only_pages_offer_no_save_or_delete_and_no_fields() -> None:
     live = visible(staff.get(pages["live session"]).content.decode())
     assert "Abort this session…" in live
     # No bulk delete, no "Add".
-    for listing in (CHANGELIST, CONVERSATIONS):
+    for listing in (CHANGELIST, CONVERSATIONS, LINKS):
         text = visible(staff.get(listing).content.decode().split('id="content"', 1)[1])
         assert "Delete selected" not in text and "Add " not in text
     assert "Abort the selected live sessions" in visible(staff.get(CHANGELIST).content.decode())
@@ -443,6 +472,20 @@ def test_json_is_indented_escaped_and_folded() -> None:
     assert any(s.startswith("origin: http://127.0.0.1") for s in summaries)  # meta
     text = visible(html)
     assert "{'" not in text and "None" not in text  # no Python reprs
+    # A tool message's JSON content and a URL question's answer are folded the same way.
+    conversation = Conversation.objects.get(title="Trip to Denver")
+    html = staff_client_again().get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
+    assert "<pre>{\n  &quot;ticket&quot;: &quot;TK-1&quot;,\n" in html
+    assert "book_flight (call_done)" in visible(html)  # the assistant's tool call, summarised
+    link = ElicitLink.objects.get()
+    html = staff_client_again().get(f"{LINKS}{link.pk}/change/").content.decode()
+    assert "<pre>{\n  &quot;amount&quot;: 129,\n  &quot;currency&quot;: &quot;USD&quot;\n}</pre>" in html
+    page = visible(html)
+    assert f"Completed: {stamp(link.completed_at)} (51 minutes ago)" in page
+    assert "Answer: paid: true" in page
+    assert f'href="{CHANGELIST}call_done/change/"' in html  # its call
+    listing = visible(staff_client_again().get(LINKS).content.decode())
+    assert "call_done:payment book_flight payment answered" in listing
 
 
 def test_session_list_names_conversation_and_owner_and_filters() -> None:
