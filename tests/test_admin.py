@@ -479,7 +479,10 @@ def test_json_is_indented_escaped_and_folded() -> None:
     assert "book_flight (call_done)" in visible(html)  # the assistant's tool call, summarised
     link = ElicitLink.objects.get()
     html = staff_client_again().get(f"{LINKS}{link.pk}/change/").content.decode()
-    assert "<pre>{\n  &quot;amount&quot;: 129,\n  &quot;currency&quot;: &quot;USD&quot;\n}</pre>" in html
+    assert (
+        "<pre>{\n  &quot;amount&quot;: 129,\n  &quot;currency&quot;: &quot;USD&quot;\n}</pre>"
+        in html
+    )
     page = visible(html)
     assert f"Completed: {stamp(link.completed_at)} (51 minutes ago)" in page
     assert "Answer: paid: true" in page

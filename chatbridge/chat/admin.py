@@ -6,6 +6,7 @@ does is abort live sessions, always through a confirmation page that asks for a 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, cast
 
@@ -19,6 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
@@ -34,6 +36,7 @@ from chatbridge.chat.admin_display import (
 )
 from chatbridge.chat.models import (
     Conversation,
+    ElicitLink,
     JournalRecord,
     Message,
     ToolSession,
@@ -103,8 +106,22 @@ class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 class MessageInline(ReadOnlyInline):
     model = Message
-    fields = ("seq", "role", "content", "calls", "tool_call_id", "created_at")
+    fields = ("seq", "role", "text", "calls", "tool_call_id", "created_at")
     readonly_fields = fields
+
+    @admin.display(description="content")
+    def text(self, message: Message) -> SafeString | str:
+        """A tool result's JSON folded and indented; other text as written (line breaks kept)."""
+        if not message.content:
+            return NOTHING
+        if message.role == "tool":
+            try:
+                value = json.loads(message.content)
+            except ValueError:
+                value = None
+            if isinstance(value, dict | list):
+                return folded_json(value)
+        return format_html('<div class="cb-text">{}</div>', message.content)
 
     @admin.display(description="tool calls")
     def calls(self, message: Message) -> SafeString | str:
@@ -143,6 +160,85 @@ class ConversationAdmin(ReadOnlyAdmin):
     @admin.display(description="last activity", ordering="updated_at")
     def updated(self, conversation: Conversation) -> str:
         return ago(conversation.updated_at)
+
+
+# -- URL questions ----------------------------------------------------------------------------
+
+
+@admin.register(ElicitLink)
+class ElicitLinkAdmin(ReadOnlyAdmin):
+    """The one-time links of URL questions (``ctx.elicit_url``) and what their pages reported."""
+
+    list_display = ("elicit_id", "tool_name", "key", "state", "age", "call")
+    list_filter = ("tool_name", ("created_at", admin.DateFieldListFilter))
+    search_fields = ("elicit_id", "call_id", "tool_name", "key", "message")
+    fields = (
+        "elicit_id",
+        "call",
+        "tool_name",
+        "key",
+        "message",
+        "state",
+        "params_json",
+        "context_json",
+        "answer",
+        "created",
+        "opened",
+        "completed",
+        "closed",
+        "expires",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="state")
+    def state(self, link: ElicitLink) -> str:
+        if link.completed_at is not None:
+            return "answered"
+        if link.closed_at is not None:
+            return "closed"
+        if link.expires_at <= timezone.now():
+            return "expired"
+        return "opened" if link.opened_at is not None else "sent"
+
+    @admin.display(description="age", ordering="-created_at")
+    def age(self, link: ElicitLink) -> str:
+        return timesince(link.created_at)
+
+    @admin.display(description="tool call")
+    def call(self, link: ElicitLink) -> SafeString:
+        return format_html('<a href="{}">{}</a>', _session_url(link.call_id), link.call_id)
+
+    @admin.display(description="parameters")
+    def params_json(self, link: ElicitLink) -> SafeString | str:
+        return folded_json(link.params or None, open=True)
+
+    @admin.display(description="context")
+    def context_json(self, link: ElicitLink) -> SafeString | str:
+        return folded_json(link.context or None)
+
+    @admin.display(description="answer")
+    def answer(self, link: ElicitLink) -> SafeString | str:
+        return folded_json(link.result)
+
+    @admin.display(description="created")
+    def created(self, link: ElicitLink) -> str:
+        return when(link.created_at)
+
+    @admin.display(description="opened")
+    def opened(self, link: ElicitLink) -> str:
+        return when(link.opened_at)
+
+    @admin.display(description="completed")
+    def completed(self, link: ElicitLink) -> str:
+        return when(link.completed_at)
+
+    @admin.display(description="closed")
+    def closed(self, link: ElicitLink) -> str:
+        return when(link.closed_at)
+
+    @admin.display(description="expires")
+    def expires(self, link: ElicitLink) -> str:
+        return local_stamp(link.expires_at)
 
 
 # -- tool sessions -----------------------------------------------------------------------------
