@@ -544,3 +544,19 @@ def test_ended_sessions_show_a_final_phase_and_old_rows_are_fixed() -> None:
     }
     text = visible(staff_client().get(f"{CHANGELIST}call_done/change/").content.decode())
     assert "Phase: done" in text
+
+
+def test_staff_who_may_only_view_cannot_abort() -> None:
+    from django.contrib.auth.models import Permission
+
+    seed_rows()
+    viewer = User.objects.create_user("viewer", password="pw-123456", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_toolsession"))
+    client = Client()
+    client.force_login(viewer)
+    page = visible(client.get(f"{CHANGELIST}call_live/change/").content.decode())
+    assert "waiting for color for 3 minutes" in page and "Abort this session" not in page
+    assert "Abort the selected" not in visible(client.get(CHANGELIST).content.decode())
+    assert client.get(f"{CHANGELIST}call_live/abort/").status_code == 403
+    assert client.post(f"{CHANGELIST}call_live/abort/", {"reason": "x"}).status_code == 403
+    assert ToolSession.objects.get(pk="call_live").status == "awaiting_elicit"

@@ -87,6 +87,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
+    empty_value_display = NOTHING
     extra = 0
     can_delete = False
     show_change_link = False
@@ -458,6 +459,16 @@ class ToolSessionAdmin(ReadOnlyAdmin):
         return folded_json(session.meta or None)
 
     # -- abort -----------------------------------------------------------------------------
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "can_abort": self.has_abort_permission(request)}
+        return super().change_view(request, object_id, form_url, context)
 
     def has_abort_permission(self, request: HttpRequest) -> bool:
         """Operators who may change tool sessions may abort them (nothing else is editable)."""
