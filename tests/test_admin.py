@@ -560,3 +560,17 @@ def test_staff_who_may_only_view_cannot_abort() -> None:
     assert client.get(f"{CHANGELIST}call_live/abort/").status_code == 403
     assert client.post(f"{CHANGELIST}call_live/abort/", {"reason": "x"}).status_code == 403
     assert ToolSession.objects.get(pk="call_live").status == "awaiting_elicit"
+
+
+def test_a_session_no_worker_holds_is_marked_aborted_with_its_reason() -> None:
+    seed_rows()
+    staff = staff_client()
+    response = staff.post(f"{CHANGELIST}call_live/abort/", {"reason": "stuck for an hour"})
+    assert response.status_code == 302
+    page = visible(staff.get(response["Location"]).content.decode())
+    assert "Session call_live was held by no running worker; marked aborted." in page
+    assert "Phase: done" in page and "Abort reason: stuck for an hour" in page
+    assert "Aborted by operator ops: stuck for an hour (no running worker held it)" in page
+    assert "Aborted by: operator ops" in page and "Aborted: " in page
+    live = ToolSession.objects.get(pk="call_live")
+    assert (live.status, live.pending_key, live.pending_schema) == ("aborted", "", None)

@@ -55,9 +55,12 @@ def abort_tool_session(
         abort_reason=reason,
         aborted_at=now,
         ended_at=now,
+        updated_at=now,
         pending_key="",
         pending_elicit_id="",
         pending_message="",
+        pending_context=None,
+        pending_schema=None,
         pending_since=None,
     )
     return f"Session {session.id} was held by no running worker; marked aborted."
