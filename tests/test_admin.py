@@ -203,7 +203,11 @@ async def change_page(staff: AsyncClient, session_id: str) -> str:
             f"{response.get('Location')}"
         )
         await asyncio.sleep(0.5)
-    raise AssertionError(f"admin change page: {response.status_code} {response.get('Location')}")
+    exists = await ToolSession.objects.filter(pk=session_id).aexists()
+    raise AssertionError(
+        f"admin change page: {response.status_code} {response.get('Location')} "
+        f"(the row exists now: {exists})"
+    )
 
 
 async def row(session_id: str) -> ToolSession:

@@ -23,12 +23,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.timesince import timesince
 
 from chatbridge.chat.admin_display import (
     NOTHING,
     ago,
     duration,
+    elapsed,
     folded_json,
     local_stamp,
     rejected_answers,
@@ -203,7 +203,7 @@ class ElicitLinkAdmin(ReadOnlyAdmin):
 
     @admin.display(description="age", ordering="-created_at")
     def age(self, link: ElicitLink) -> str:
-        return timesince(link.created_at)
+        return elapsed(link.created_at)
 
     @admin.display(description="tool call")
     def call(self, link: ElicitLink) -> SafeString:
@@ -398,15 +398,16 @@ class ToolSessionAdmin(ReadOnlyAdmin):
     def pending_question(self, session: ToolSession) -> str:
         if not session.pending_key:
             return NOTHING
-        return f"{session.pending_key}: {session.pending_message.splitlines()[0][:80]}"
+        first = (session.pending_message.splitlines() or [""])[0]
+        return f"{session.pending_key}: {first[:80]}"
 
     @admin.display(description="waiting for", ordering="pending_since")
     def waiting(self, session: ToolSession) -> str:
-        return timesince(session.pending_since) if session.pending_since else NOTHING
+        return elapsed(session.pending_since)
 
     @admin.display(description="age", ordering="-created_at")
     def age(self, session: ToolSession) -> str:
-        return timesince(session.created_at)
+        return elapsed(session.created_at)
 
     @admin.display(description="arguments")
     def arguments_json(self, session: ToolSession) -> SafeString | str:
@@ -467,7 +468,12 @@ class ToolSessionAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        context = {**(extra_context or {}), "can_abort": self.has_abort_permission(request)}
+        session = ToolSession.objects.filter(pk=object_id).only("pending_since").first()
+        context = {
+            **(extra_context or {}),
+            "can_abort": self.has_abort_permission(request),
+            "waiting_for": elapsed(session.pending_since if session else None),
+        }
         return super().change_view(request, object_id, form_url, context)
 
     def has_abort_permission(self, request: HttpRequest) -> bool:
@@ -496,7 +502,7 @@ class ToolSessionAdmin(ReadOnlyAdmin):
             **self.admin_site.each_context(request),
             "title": f"Abort {_plural(len(live), 'live session')}?",
             "opts": self.model._meta,
-            "live": live,
+            "live": [(s, elapsed(s.pending_since) if s.pending_since else "") for s in live],
             "skipped": skipped,
             "form": form,
             "hidden": hidden,

@@ -20,6 +20,7 @@ __all__ = [
     "NOTHING",
     "ago",
     "duration",
+    "elapsed",
     "folded_json",
     "local_stamp",
     "rejected_answers",
@@ -42,6 +43,13 @@ def duration(seconds: float | None) -> str:
         return f"{whole} second" if whole == 1 else f"{whole} seconds"
     now = timezone.now()
     return timesince(now - timedelta(seconds=seconds), now)
+
+
+def elapsed(moment: datetime | None) -> str:
+    """How long ago ``moment`` was, as a span: ``12 seconds``, ``3 minutes``."""
+    if moment is None:
+        return NOTHING
+    return duration(max(0.0, (timezone.now() - moment).total_seconds()))
 
 
 def local_stamp(moment: datetime | None) -> str:
