@@ -76,7 +76,8 @@ def test_streaming_is_plain_text_and_the_final_message_is_markdown() -> None:
 
 
 def test_user_messages_stay_plain_text() -> None:
-    html = render_event(UserMessage(message_id="u1", content="**not bold**\n<i>x</i>"), SocketView())
+    message = UserMessage(message_id="u1", content="**not bold**\n<i>x</i>")
+    html = render_event(message, SocketView())
     assert html is not None
     assert "**not bold**<br>&lt;i&gt;x&lt;/i&gt;" in html and "<strong>" not in html
 
