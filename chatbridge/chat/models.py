@@ -115,6 +115,12 @@ class ToolSession(models.Model):
     )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    logs = models.JSONField(
+        default=list, blank=True, help_text="the call's last log lines: level, message, data"
+    )
+    progress = models.JSONField(
+        null=True, blank=True, help_text="the call's latest progress: message, progress, total"
+    )
     aborted_by = models.CharField(max_length=150, blank=True, default="")
     aborted_at = models.DateTimeField(null=True, blank=True)
     resumes = models.PositiveIntegerField(
