@@ -60,7 +60,11 @@ def test_rename_a_chat(client: Client) -> None:
     chat = _open(client)
     _say(chat, "Book a flight")
     page = client.get(f"/c/{chat.id}/").content.decode()
-    assert "Rename “Book a flight”" in page and "Delete “Book a flight”" in page
+    item = re.search(rf'<li class="conv-item" id="conv-item-{chat.id}">.*?</li>', page, re.S)
+    assert item is not None and ">Book a flight</a>" in item.group(0)
+    for action in ("Rename", "Delete"):  # described by the chat's name
+        assert f'aria-describedby="conv-{chat.id}"' in item.group(0)
+        assert f'<span class="visually-hidden">{action}</span></button>' in item.group(0)
     form = client.get(f"/c/{chat.id}/rename/?next=/c/{chat.id}/").content.decode()
     assert "<h1>Rename chat</h1>" in form and 'value="Book a flight"' in form
     inline = client.get(f"/c/{chat.id}/rename/?next=/c/{chat.id}/", headers={"HX-Request": "true"})
@@ -105,7 +109,7 @@ def test_a_chat_with_a_live_tool_or_reply_is_not_deleted(client: Client) -> None
     )
     confirm = client.get(f"/c/{chat.id}/delete/").content.decode()
     assert "a tool is still working in it (book flight)" in confirm
-    assert "Delete chat</button>" not in confirm  # nothing to click but Back
+    assert "Delete this chat</button>" not in confirm  # nothing to click but Back
     refused = client.post(f"/c/{chat.id}/delete/")
     assert refused.status_code == 409 and "Finish or stop it first" in refused.content.decode()
     assert Conversation.objects.filter(pk=chat.id).exists()
