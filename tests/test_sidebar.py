@@ -78,6 +78,9 @@ def test_rename_a_chat(client: Client) -> None:
     empty = client.post(f"/c/{chat.id}/rename/", {"title": "   "})
     assert empty.status_code == 400 and "Give the chat a name" in empty.content.decode()
     assert 'aria-invalid="true"' in empty.content.decode()
+    client.post(f"/c/{chat.id}/rename/", {"title": "x" * 500})
+    chat.refresh_from_db()
+    assert chat.title == "x" * 120  # what fits
     # Only to this site: a "next" elsewhere is ignored.
     away = client.post(f"/c/{chat.id}/rename/", {"title": "x", "next": "https://evil.example/"})
     assert away["Location"] == f"/c/{chat.id}/"

@@ -28,13 +28,14 @@ from chatbridge.chat import links
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
-from chatbridge.chat.store import TITLE_LENGTH, owner_key
+from chatbridge.chat.store import owner_key
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
 from chatbridge.core.links import UrlQuestion
 from chatbridge.core.schema import FieldInfo, describe_fields
 
 SIDEBAR_SIZE = 50
+MAX_TITLE = 120  # Conversation.title's max_length
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def rename_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResp
         if not title:
             context["error"] = "Give the chat a name (or cancel)."
             return _sidebar_action(request, "chatbridge/rename_form.html", context, status=400)
-        item.title = title[: Conversation._meta.get_field("title").max_length or TITLE_LENGTH]
+        item.title = title[:MAX_TITLE]
         item.save(update_fields=["title", "updated_at"])
         return redirect(_back(request, item))
     return _sidebar_action(request, "chatbridge/rename_form.html", context)
