@@ -25,6 +25,11 @@ def test_bold_code_lists_blocks_tables_and_strikethrough() -> None:
     assert "<th>Flight</th>" in html and '<td style="text-align:right">$199</td>' in html
 
 
+def test_headings_keep_the_page_outline() -> None:
+    html = render_markdown("# Trip\n\n### Flights\n\nText\n\n###### Fine print")
+    assert html == "<h2>Trip</h2>\n<h2>Flights</h2>\n<p>Text</p>\n<h2>Fine print</h2>\n"
+
+
 def test_line_breaks_are_kept() -> None:
     assert render_markdown("one\ntwo") == "<p>one<br>\ntwo</p>\n"
 

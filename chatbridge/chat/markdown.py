@@ -5,6 +5,8 @@ Two maintained libraries do the work, no hand-written parsing or escaping:
 - markdown-it-py parses the text as CommonMark with raw HTML turned off, so any markup the
   model writes (``<script>``, ``<img onerror=…>``) comes out as text; images are off (a
   model's image would load from anywhere), so ``![x](url)`` shows as a link;
+- every heading becomes an ``h2``: the page's outline stays valid (``h1`` is the chat's title;
+  a reply's ``###`` would skip a level), whatever levels the model picks;
 - nh3 (ammonia) then keeps only the tags and attributes listed here, links only to
   ``http``, ``https`` and ``mailto`` URLs (``javascript:``, ``data:`` and relative URLs are
   dropped), and opens every link in a new tab with ``rel="noopener noreferrer nofollow"``.
@@ -31,12 +33,7 @@ _TAGS = {
     "code",
     "del",
     "em",
-    "h1",
     "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
     "hr",
     "li",
     "ol",
@@ -68,5 +65,9 @@ _cleaner = nh3.Cleaner(
 
 def render_markdown(text: str) -> SafeString:
     """``text`` (the assistant's Markdown) as sanitised HTML, safe to put in a page."""
-    html = _cleaner.clean(_parser.render(text))
+    tokens = _parser.parse(text)
+    for token in tokens:
+        if token.type in ("heading_open", "heading_close"):
+            token.tag = "h2"
+    html = _cleaner.clean(_parser.renderer.render(tokens, _parser.options, {}))
     return mark_safe(html)  # noqa: S308 - sanitised by nh3 just above
