@@ -70,11 +70,13 @@ async def test_empty_state_markdown_and_managing_chats(browser: Browser, server:
     # An example prompt is sent as it is; the tool's log and progress survive a reload.
     await page.get_by_role("button", name=BOOK, exact=True).click()
     await expect(page.locator("#transcript").get_by_text(BOOK, exact=True)).to_be_visible()
+    await expect(page.locator("#empty-chat")).to_have_count(0)  # gone with the first message
+    # The button it took away did not take the focus with it.
+    assert await page.evaluate("document.activeElement !== document.body")
     flights = len(search_flights("JFK", "LAX"))
     await expect(page.get_by_role("button", name=re.compile(r"^Select "))).to_have_count(
         flights, timeout=15000
     )
-    assert await page.locator("#empty-chat").count() == 0  # gone with the first message
     await page.reload()
     select = page.get_by_role("button", name=re.compile(r"^Select "))
     await expect(select).to_have_count(flights, timeout=15000)  # the open question is back
