@@ -40,7 +40,7 @@ def test_new_chat_needs_a_csrf_token() -> None:
     assert token is not None
     response = browser.post("/c/new/", {"csrfmiddlewaretoken": token.group(1)})
     assert response.status_code == 302
-    assert Conversation.objects.count() == 2
+    assert Conversation.objects.count() == 1  # the empty chat is reused (see test_sidebar)
 
 
 def _card(page: str, call_id: str) -> str:

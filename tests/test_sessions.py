@@ -498,6 +498,8 @@ async def test_a_failing_observer_is_logged_and_never_breaks_the_tool(
         "capability_requested",
         "capability_recorded",
         "answer_rejected",
+        "log_emitted",
+        "progress_emitted",
     } <= set(recorder.told)
     failures = [r for r in caplog.records if r.name == "chatbridge.observer"]
     assert len(failures) == len(recorder.told)

@@ -116,6 +116,12 @@ class ToolSession(models.Model):
     )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    logs = models.JSONField(
+        default=list, blank=True, help_text="the call's last log lines: level, message, data"
+    )
+    progress = models.JSONField(
+        null=True, blank=True, help_text="the call's latest progress: message, progress, total"
+    )
     aborted_by = models.CharField(max_length=150, blank=True, default="")
     abort_reason = models.CharField(
         max_length=300,

@@ -2,15 +2,18 @@
 
 Two roles: ``DjangoRecorder.append`` is the session's ``JournalStore`` (a journal entry is
 durable, and written only by the worker holding the call, or the call stops); the rest is
-its ``SessionObserver`` (status, requests, refused answers: best effort, for the admin).
+its ``SessionObserver`` (status, requests, refused answers: best effort, for the admin; a
+call's last log lines and latest progress, for its card after a page reload).
 Every write about a call is fenced on ``ToolSession.worker``: a worker that lost the call
 never overwrites what the new holder records.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import threading
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -20,12 +23,12 @@ from django.utils import timezone
 
 from chatbridge.chat.models import FINAL_PHASE, JournalRecord, ToolSession
 from chatbridge.chat.writer import write_later, write_now
-from chatbridge.core.events import SessionEvent
+from chatbridge.core.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.journal import EntryKind, JournalEntry
 from chatbridge.core.sessions import PluginSession
 
-__all__ = ["WORKER_ID", "DjangoRecorder"]
+__all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -141,6 +144,49 @@ def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any
         record.save(update_fields=["rejected"])
 
 
+MAX_LOG_LINES = 50  # a call keeps its last 50 log lines
+MAX_LOG_TEXT = 2000  # characters of a log line's message kept
+
+# A call's log lines and progress since its last write, per call id: a burst of lines is one
+# write. The event loop adds and the writer thread takes: every access holds the lock.
+_notes: dict[str, dict[str, Any]] = {}
+_notes_lock = threading.Lock()
+
+
+def _note(call_id: str, *, log: dict[str, Any] | None = None, progress: Any = None) -> bool:
+    """Keep a log line or the latest progress; True if a write must be queued (none is)."""
+    with _notes_lock:
+        queued = call_id in _notes
+        notes = _notes.setdefault(call_id, {"logs": [], "progress": None})
+        if log is not None:
+            notes["logs"] = [*notes["logs"], log][-MAX_LOG_LINES:]
+        if progress is not None:
+            notes["progress"] = progress
+    return not queued
+
+
+def _save_notes(call_id: str) -> None:
+    with _notes_lock:
+        notes = _notes.pop(call_id, None)
+    if notes is None:
+        return
+    with transaction.atomic():
+        row = _held(call_id).select_for_update().only("logs", "progress").first()
+        if row is None:
+            return
+        fields: dict[str, Any] = {}
+        if notes["logs"]:
+            fields["logs"] = [*(row.logs or []), *notes["logs"]][-MAX_LOG_LINES:]
+        if notes["progress"] is not None:
+            fields["progress"] = notes["progress"]
+        _held(call_id).update(**fields)
+
+
+def _plain(data: dict[str, Any]) -> Any:
+    """A log line's data as JSON (what is not JSON becomes its text)."""
+    return json.loads(json.dumps(data, default=str))
+
+
 def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "status": session.status,
@@ -205,6 +251,20 @@ class DjangoRecorder:
         errors: dict[str, list[str]],
     ) -> None:
         write_later(_rejected, session.id, elicit_id, data, errors, timezone.now())
+
+    async def log_emitted(self, session: PluginSession, event: LogEvent) -> None:
+        line = {
+            "level": event.level,
+            "message": event.message[:MAX_LOG_TEXT],
+            "data": _plain(event.data),
+        }
+        if _note(session.id, log=line):
+            write_later(_save_notes, session.id)
+
+    async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
+        note = {"message": event.message, "progress": event.progress, "total": event.total}
+        if _note(session.id, progress=note):
+            write_later(_save_notes, session.id)
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
         await write_now(_ended_fields, session.id, _ended_snapshot(session, event))

@@ -105,6 +105,13 @@ def _recorded_outcome(row: ToolSession) -> tuple[str, Any, str | None]:
     return "completed", row.result, None
 
 
+def _recorded_notes(row: ToolSession) -> tuple[list[LogLine], ProgressNote | None]:
+    """The log lines and latest progress a call's card showed, from its session row."""
+    logs = [LogLine(call_id=row.id, **line) for line in row.logs or ()]
+    progress = ProgressNote(call_id=row.id, **row.progress) if row.progress else None
+    return logs, progress
+
+
 def _unrecorded_outcome(content: str) -> tuple[str, Any, str | None]:
     """A call that never became a session (unknown tool, invalid arguments, lost session):
     its tool message is all there is, and it can only say why the call failed."""
@@ -148,6 +155,7 @@ def transcript(
             row, answer = sessions.get(call.id), results.get(call.id)
             if row is not None:
                 call.status, call.result, call.error = _recorded_outcome(row)
+                call.logs, call.progress = _recorded_notes(row)
             elif answer is not None:
                 call.status, call.result, call.error = _unrecorded_outcome(
                     str(answer.get("content") or "")

@@ -8,6 +8,7 @@ from functools import partial
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -16,12 +17,15 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
 
 from chatbridge.chat import links
-from chatbridge.chat.models import Conversation, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.store import owner_key
@@ -31,6 +35,7 @@ from chatbridge.core.links import UrlQuestion
 from chatbridge.core.schema import FieldInfo, describe_fields
 
 SIDEBAR_SIZE = 50
+MAX_TITLE = 120  # Conversation.title's max_length
 
 
 @dataclass(frozen=True)
@@ -67,10 +72,37 @@ def home(request: HttpRequest) -> HttpResponseRedirect:
     return redirect("conversation", conversation_id=conversation.id)
 
 
+def _has_messages() -> Exists:
+    return Exists(Message.objects.filter(conversation=OuterRef("pk")))
+
+
 @require_POST
 def new_conversation(request: HttpRequest) -> HttpResponseRedirect:
-    conversation = Conversation.objects.create(owner=request_owner(request))
-    return redirect("conversation", conversation_id=conversation.id)
+    """A fresh conversation: the owner's empty one if there is one (no clutter of empty
+    chats), else a new one."""
+    owner = request_owner(request)
+    empty = Conversation.objects.filter(owner=owner).exclude(_has_messages()).first()
+    if empty is None:
+        empty = Conversation.objects.create(owner=owner)
+    else:
+        empty.save(update_fields=["updated_at"])  # now the latest: "/" finds it again
+    return redirect("conversation", conversation_id=empty.id)
+
+
+def sidebar_conversations(owner: str, current: Conversation) -> QuerySet[Conversation]:
+    """The sidebar's list: the owner's chats with messages, and the current one even empty."""
+    listed = Conversation.objects.filter(owner=owner).filter(_has_messages() | Q(pk=current.pk))
+    return listed[:SIDEBAR_SIZE]
+
+
+def _missing(request: HttpRequest) -> HttpResponse:
+    """The page for an unknown conversation, or someone else's (the same page: it does not
+    tell whether the conversation exists). Rendered here, so DEBUG shows it too."""
+    return render(request, "chatbridge/conversation_missing.html", status=404)
+
+
+def _owned(request: HttpRequest, conversation_id: UUID) -> Conversation | None:
+    return Conversation.objects.filter(pk=conversation_id, owner=request_owner(request)).first()
 
 
 @require_safe
@@ -79,7 +111,7 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
     owner = request_owner(request)
     current = Conversation.objects.filter(pk=conversation_id, owner=owner).first()
     if current is None:
-        raise Http404("No such conversation.")
+        return _missing(request)
     stored = list(current.messages.all())
     sessions = {row.id: row for row in ToolSession.objects.filter(conversation=current)}
     return render(
@@ -87,13 +119,122 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
         "chatbridge/chat.html",
         {
             "conversation": current,
-            "conversations": Conversation.objects.filter(owner=owner)[:SIDEBAR_SIZE],
+            "conversations": sidebar_conversations(owner, current),
             "items": transcript(
                 [m.as_llm_message() for m in stored], [m.id for m in stored], sessions
             ),
-            "tools": [p.name for p in get_registry()],
+            "examples": example_prompts(),
         },
     )
+
+
+def example_prompts() -> list[str]:
+    """What an empty chat offers to send: each tool's example prompts (``.example()``), or
+    its name in words."""
+    prompts: list[str] = []
+    for plugin in get_registry():
+        tool = plugin.tool
+        prompts.extend(tool.examples or (tool.name.replace("_", " ").capitalize(),))
+    return prompts
+
+
+def _back(request: HttpRequest, conversation: Conversation) -> str:
+    """Where to go after a sidebar action: the page it was made from (``next``), else the
+    conversation itself."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return reverse("conversation", args=[conversation.id])
+
+
+def _busy(conversation: Conversation) -> str:
+    """Why the conversation cannot be deleted now, in words ("" when it can)."""
+    live = ToolSession.objects.filter(conversation=conversation, status__in=ACTIVE_STATUSES)
+    names = sorted({name.replace("_", " ") for name in live.values_list("tool_name", flat=True)})
+    if names:
+        return (
+            f"This chat cannot be deleted yet: a tool is still working in it ({', '.join(names)})."
+            " Finish or stop it first, then delete the chat."
+        )
+    expires = conversation.turn_expires
+    if conversation.turn_worker and expires is not None and expires > timezone.now():
+        return (
+            "This chat cannot be deleted yet: the assistant is still replying. "
+            "Wait for the reply, then delete the chat."
+        )
+    return ""
+
+
+def _sidebar_action(
+    request: HttpRequest, template: str, context: dict[str, object], status: int = 200
+) -> HttpResponse:
+    """A sidebar action's form: a fragment for htmx (in place of the chat's list item), else
+    a page of its own (no JavaScript needed)."""
+    inline = context["inline"]
+    page = "chatbridge/sidebar_item.html" if inline else "chatbridge/sidebar_action_page.html"
+    return render(request, page, {**context, "action": template}, status=status)
+
+
+def _action_context(request: HttpRequest, item: Conversation) -> dict[str, object]:
+    back = _back(request, item)
+    current = back == reverse("conversation", args=[item.id])
+    return {
+        "item": item,
+        "next": back,
+        "conversation": item if current else None,  # the chat whose page this is
+        "inline": request.headers.get("HX-Request") == "true",
+    }
+
+
+def rename_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+    """Rename a chat: GET shows the form, POST (the owner's, with CSRF) saves the name."""
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+    item = _owned(request, conversation_id)
+    if item is None:
+        return _missing(request)
+    context = _action_context(request, item)
+    if request.method == "POST":
+        title = " ".join(request.POST.get("title", "").split())
+        if not title:
+            context["error"] = "Give the chat a name (or cancel)."
+            return _sidebar_action(request, "chatbridge/rename_form.html", context, status=400)
+        item.title = title[:MAX_TITLE]
+        item.save(update_fields=["title", "updated_at"])
+        return redirect(_back(request, item))
+    return _sidebar_action(request, "chatbridge/rename_form.html", context)
+
+
+def delete_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+    """Delete a chat: GET asks to confirm, POST (the owner's, with CSRF) deletes it, unless a
+    tool or a reply is still running in it (then it says so and deletes nothing)."""
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+    item = _owned(request, conversation_id)
+    if item is None:
+        return _missing(request)
+    context = _action_context(request, item)
+    busy = _busy(item)
+    if busy:
+        context["error"] = busy
+    if request.method == "POST":
+        if busy:
+            return _sidebar_action(request, "chatbridge/delete_form.html", context, status=409)
+        deleting_current = context["conversation"] is not None
+        back = str(context["next"])
+        item.delete()
+        return redirect("home" if deleting_current else back)
+    return _sidebar_action(request, "chatbridge/delete_form.html", context)
+
+
+@require_safe
+def sidebar_item(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+    """A chat's list item as the sidebar shows it (a cancelled rename or delete puts it back)."""
+    item = _owned(request, conversation_id)
+    if item is None:
+        return _missing(request)
+    context = {**_action_context(request, item), "focus": True}
+    return render(request, "chatbridge/sidebar_item.html", context)
 
 
 @require_safe

@@ -71,6 +71,10 @@ class HandoffBuilder(Generic[P]):
         self._message = self._message or text
         return self
 
+    def example(self, *prompts: str) -> HandoffBuilder[P]:
+        self._inner.example(*prompts)
+        return self
+
     def parameters(self, model: type[P2]) -> HandoffBuilder[P2]:
         self._inner.parameters(model)
         return cast("HandoffBuilder[P2]", self)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from chatbridge.core.events import SessionEvent
+    from chatbridge.core.events import LogEvent, ProgressEvent, SessionEvent
     from chatbridge.core.journal import EntryKind, JournalEntry
     from chatbridge.core.sessions import PluginSession
 
@@ -47,6 +47,12 @@ class SessionObserver(Protocol):
         errors: dict[str, list[str]],
     ) -> None:
         """An answer to the pending question was refused; the question stays open."""
+
+    async def log_emitted(self, session: PluginSession, event: LogEvent) -> None:
+        """A live call logged a line (``ctx.log``; a replay logs nothing)."""
+
+    async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
+        """A live call reported progress (``ctx.notify``)."""
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
         """The session completed, failed or was aborted."""

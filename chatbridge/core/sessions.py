@@ -436,12 +436,16 @@ class PluginSession:
             raise JournalWriteFailed(self.id, f"{type(exc).__name__}: {first_line}") from exc
 
     async def emit_log(self, level: str, message: str, data: dict[str, Any]) -> None:
-        self._emit(LogEvent(self.id, level, message, data))
+        log = LogEvent(self.id, level, message, data)
+        if self._emit(log):
+            await observe(self.observer, lambda o: o.log_emitted(self, log))
 
     async def emit_progress(
         self, message: str, progress: float | None, total: float | None
     ) -> None:
-        self._emit(ProgressEvent(self.id, message, progress, total))
+        note = ProgressEvent(self.id, message, progress, total)
+        if self._emit(note):
+            await observe(self.observer, lambda o: o.progress_emitted(self, note))
 
     # -- internals --------------------------------------------------------------------------
 
@@ -499,11 +503,14 @@ class PluginSession:
         self._last_activity = self._clock()
         self.updated_at = datetime.now(UTC)
 
-    def _emit(self, event: SessionEvent) -> None:
-        if self._terminal is None:
-            self._touch()
-            self._events.append(event)
-            self._wake()
+    def _emit(self, event: SessionEvent) -> bool:
+        """Queue ``event`` for the host; False once the session has ended (it is dropped)."""
+        if self._terminal is not None:
+            return False
+        self._touch()
+        self._events.append(event)
+        self._wake()
+        return True
 
     async def _observe_end(self) -> None:
         ended = self._terminal

@@ -69,6 +69,7 @@ class McpTool(Generic[P, R]):
     needs_approval: bool = False
     plugin: Any = field(default=None, repr=False, compare=False)  # set by create_tool
     hints: ToolHints = field(default_factory=ToolHints)
+    examples: tuple[str, ...] = ()  # prompts a person might send to use it (the chat offers them)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -121,10 +122,17 @@ class McpToolBuilder(Generic[P]):
         self._elicits: dict[str, type[BaseModel]] | None = None
         self._needs_approval = False
         self._hints = ToolHints()
+        self._examples: tuple[str, ...] = ()
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
         self._description = text
+        return self
+
+    def example(self, *prompts: str) -> McpToolBuilder[P]:
+        """Prompts a person might send to use the tool ("Book a flight from JFK to LAX"); an
+        empty chat offers them as buttons."""
+        self._examples += tuple(prompts)
         return self
 
     def parameters(self, model: type[P2]) -> McpToolBuilder[P2]:
@@ -184,6 +192,7 @@ class McpToolBuilder(Generic[P]):
             fn=fn,
             needs_approval=self._needs_approval,
             hints=self._effective_hints(),
+            examples=self._examples,
         )
 
     def _effective_hints(self) -> ToolHints:

@@ -157,6 +157,7 @@ book_flight = (
         "Book a flight for the user: search, let them pick a flight and a seat, review the "
         "price, take payment on a secure page, issue a ticket."
     )
+    .example("Book a flight from JFK to LAX")
     .parameters(BookFlightParams)
     .elicits(pick_flight=PickFlight, pick_seat=PickSeat, review=Review, payment=PaymentDone)
     .execute(run_book_flight)

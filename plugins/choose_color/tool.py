@@ -47,6 +47,7 @@ async def run(params: ColorParams, ctx: ToolContext) -> dict[str, Any]:
 choose_color = (
     create_mcp_tool("choose_color")
     .description("Let the user choose a colour (with a colour picker).")
+    .example("Choose a colour")
     .parameters(ColorParams)
     .elicits(color=ColorChoice)
     .execute(run)

@@ -52,6 +52,7 @@ async def run(params: Any, ctx: ToolContext) -> dict[str, Any]:
 send_feedback = (
     create_mcp_tool("send_feedback")
     .description("Send feedback about ChatBridge to the team (asks for approval first).")
+    .example("Send feedback")
     .elicits(feedback=Feedback)
     .needs_approval()
     .execute(run)

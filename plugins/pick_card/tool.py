@@ -71,6 +71,7 @@ def tell(context: dict[str, Any], answer: dict[str, Any]) -> str:
 pick_card = (
     create_tool("pick_card")
     .description("Deal some playing cards face up and let the user pick one.")
+    .example("Pick a card")
     .parameters(PickCardParams)
     .handoff(before=deal, client=show_cards, after=tell, message="Pick a card", answer=PickedCard)
     .build()

@@ -1,0 +1,73 @@
+"""The assistant's text as HTML: Markdown (CommonMark, tables, strikethrough) made safe.
+
+Two maintained libraries do the work, no hand-written parsing or escaping:
+
+- markdown-it-py parses the text as CommonMark with raw HTML turned off, so any markup the
+  model writes (``<script>``, ``<img onerror=…>``) comes out as text; images are off (a
+  model's image would load from anywhere), so ``![x](url)`` shows as a link;
+- every heading becomes an ``h2``: the page's outline stays valid (``h1`` is the chat's title;
+  a reply's ``###`` would skip a level), whatever levels the model picks;
+- nh3 (ammonia) then keeps only the tags and attributes listed here, links only to
+  ``http``, ``https`` and ``mailto`` URLs (``javascript:``, ``data:`` and relative URLs are
+  dropped), and opens every link in a new tab with ``rel="noopener noreferrer nofollow"``.
+"""
+
+from __future__ import annotations
+
+import nh3
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+
+__all__ = ["render_markdown"]
+
+_parser = (
+    MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
+    .enable(["table", "strikethrough"])
+    .disable(["image"])
+)
+
+_TAGS = {
+    "a",
+    "blockquote",
+    "br",
+    "code",
+    "del",
+    "em",
+    "h2",
+    "hr",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "s",
+    "strong",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+}
+
+_cleaner = nh3.Cleaner(
+    tags=_TAGS,
+    clean_content_tags={"script", "style"},
+    attributes={"a": {"href", "title"}, "ol": {"start"}, "th": {"style"}, "td": {"style"}},
+    filter_style_properties={"text-align"},  # table column alignment, nothing else
+    url_schemes={"http", "https", "mailto"},
+    url_relative="deny",
+    link_rel="noopener noreferrer nofollow",
+    set_tag_attribute_values={"a": {"target": "_blank"}},
+    strip_comments=True,
+)
+
+
+def render_markdown(text: str) -> SafeString:
+    """``text`` (the assistant's Markdown) as sanitised HTML, safe to put in a page."""
+    tokens = _parser.parse(text)
+    for token in tokens:
+        if token.type in ("heading_open", "heading_close"):
+            token.tag = "h2"
+    html = _cleaner.clean(_parser.renderer.render(tokens, _parser.options, {}))
+    return mark_safe(html)  # noqa: S308 - sanitised by nh3 just above

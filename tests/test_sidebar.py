@@ -1,0 +1,181 @@
+"""The sidebar: New chat reuses an empty chat, rename and delete (the owner's, with CSRF), and
+the pages for an unknown conversation."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from chatbridge.chat.models import Conversation, Message, ToolSession
+
+pytestmark = pytest.mark.django_db
+
+
+def _open(client: Client) -> Conversation:
+    return Conversation.objects.get(pk=client.get("/")["Location"].split("/")[2])
+
+
+def _say(conversation: Conversation, text: str) -> None:
+    seq = conversation.messages.count() + 1
+    Message.objects.create(
+        id=f"{conversation.id}-{seq}", conversation=conversation, seq=seq, role="user", content=text
+    )
+    conversation.title = text
+    conversation.save()
+
+
+def _listed(page: str) -> list[str]:
+    nav = re.search(r'<nav aria-label="Conversations">.*?</nav>', page, re.S)
+    assert nav is not None
+    return re.findall(r'<a id="conv-([0-9a-f-]+)"', nav.group(0))
+
+
+def test_new_chat_reuses_the_empty_chat_and_empty_chats_are_not_listed(client: Client) -> None:
+    first = _open(client)
+    assert client.post("/c/new/")["Location"] == f"/c/{first.id}/"  # still empty: the same
+    _say(first, "Book a flight")
+    second_url = client.post("/c/new/")["Location"]
+    assert second_url != f"/c/{first.id}/"
+    assert client.post("/c/new/")["Location"] == second_url  # no pile of empty chats
+    assert Conversation.objects.count() == 2
+    # Another owner's empty chat is never reused.
+    Conversation.objects.create(owner="session:someone-else")
+    assert client.post("/c/new/")["Location"] == second_url
+    second = Conversation.objects.get(pk=second_url.split("/")[2])
+    # The current chat is listed even empty; an empty chat that is not current is not.
+    assert _listed(client.get(second_url).content.decode()) == [str(second.id), str(first.id)]
+    third = Conversation.objects.create(owner=first.owner)
+    _say(third, "Pick a card")
+    page = client.get(f"/c/{third.id}/").content.decode()
+    assert str(second.id) not in _listed(page)
+    assert _listed(page) == [str(third.id), str(first.id)]
+    assert 'aria-current="page">Pick a card</a>' in page
+
+
+def test_rename_a_chat(client: Client) -> None:
+    chat = _open(client)
+    _say(chat, "Book a flight")
+    page = client.get(f"/c/{chat.id}/").content.decode()
+    item = re.search(rf'<li class="conv-item" id="conv-item-{chat.id}">.*?</li>', page, re.S)
+    assert item is not None and ">Book a flight</a>" in item.group(0)
+    for action in ("Rename", "Delete"):  # described by the chat's name
+        assert f'aria-describedby="conv-{chat.id}"' in item.group(0)
+        assert f'<span class="visually-hidden">{action}</span></button>' in item.group(0)
+    form = client.get(f"/c/{chat.id}/rename/?next=/c/{chat.id}/").content.decode()
+    assert "<h1>Rename chat</h1>" in form and 'value="Book a flight"' in form
+    inline = client.get(f"/c/{chat.id}/rename/?next=/c/{chat.id}/", headers={"HX-Request": "true"})
+    assert "<h1>" not in inline.content.decode() and "data-autofocus" in inline.content.decode()
+    response = client.post(
+        f"/c/{chat.id}/rename/", {"title": "  Trip to   LA ", "next": f"/c/{chat.id}/"}
+    )
+    assert response.status_code == 302 and response["Location"] == f"/c/{chat.id}/"
+    chat.refresh_from_db()
+    assert chat.title == "Trip to LA"
+    empty = client.post(f"/c/{chat.id}/rename/", {"title": "   "})
+    assert empty.status_code == 400 and "Give the chat a name" in empty.content.decode()
+    assert 'aria-invalid="true"' in empty.content.decode()
+    client.post(f"/c/{chat.id}/rename/", {"title": "x" * 500})
+    chat.refresh_from_db()
+    assert chat.title == "x" * 120  # what fits
+    # Only to this site: a "next" elsewhere is ignored.
+    away = client.post(f"/c/{chat.id}/rename/", {"title": "x", "next": "https://evil.example/"})
+    assert away["Location"] == f"/c/{chat.id}/"
+
+
+def test_delete_a_chat_after_confirming(client: Client) -> None:
+    keep, gone = _open(client), None
+    _say(keep, "Keep me")
+    gone = Conversation.objects.create(owner=keep.owner)
+    _say(gone, "Delete me")
+    confirm = client.get(f"/c/{gone.id}/delete/?next=/c/{keep.id}/").content.decode()
+    assert "Delete “Delete me”?" in confirm and "cannot be undone" in confirm
+    assert Conversation.objects.filter(pk=gone.id).exists()  # asking deletes nothing
+    response = client.post(f"/c/{gone.id}/delete/", {"next": f"/c/{keep.id}/"})
+    assert response["Location"] == f"/c/{keep.id}/"  # back where the person was
+    assert not Conversation.objects.filter(pk=gone.id).exists()
+    assert not Message.objects.filter(conversation_id=gone.id).exists()
+    # Deleting the chat on screen goes to the latest other chat.
+    response = client.post(f"/c/{keep.id}/delete/", {"next": f"/c/{keep.id}/"})
+    assert response["Location"] == "/"
+    assert not Conversation.objects.filter(pk=keep.id).exists()
+
+
+def test_a_chat_with_a_live_tool_or_reply_is_not_deleted(client: Client) -> None:
+    chat = _open(client)
+    _say(chat, "Book a flight")
+    ToolSession.objects.create(
+        id="call-1", conversation=chat, tool_name="book_flight", status="awaiting_elicit"
+    )
+    confirm = client.get(f"/c/{chat.id}/delete/").content.decode()
+    assert "a tool is still working in it (book flight)" in confirm
+    assert "Delete this chat</button>" not in confirm  # nothing to click but Back
+    refused = client.post(f"/c/{chat.id}/delete/")
+    assert refused.status_code == 409 and "Finish or stop it first" in refused.content.decode()
+    assert Conversation.objects.filter(pk=chat.id).exists()
+    ToolSession.objects.filter(pk="call-1").update(status="completed")
+    Conversation.objects.filter(pk=chat.id).update(
+        turn_worker="host:1", turn_expires=timezone.now() + timedelta(seconds=20)
+    )
+    refused = client.post(f"/c/{chat.id}/delete/")
+    assert refused.status_code == 409 and "still replying" in refused.content.decode()
+    Conversation.objects.filter(pk=chat.id).update(turn_worker="", turn_expires=None)
+    assert client.post(f"/c/{chat.id}/delete/").status_code == 302
+    assert not Conversation.objects.filter(pk=chat.id).exists()
+
+
+def test_only_the_owner_renames_or_deletes_and_only_with_csrf() -> None:
+    other = Conversation.objects.create(owner="session:someone-else", title="Theirs")
+    browser = Client(enforce_csrf_checks=True)
+    page = browser.get(browser.get("/")["Location"]).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token is not None
+    csrf = {"csrfmiddlewaretoken": token.group(1)}
+    mine = Conversation.objects.exclude(pk=other.pk).get()
+    assert browser.post(f"/c/{mine.id}/rename/", {"title": "x"}).status_code == 403
+    assert browser.post(f"/c/{mine.id}/delete/").status_code == 403
+    for action in ("rename", "delete"):
+        refused = browser.post(f"/c/{other.id}/{action}/", {**csrf, "title": "Mine now"})
+        assert refused.status_code == 404
+        assert "does not exist or is not yours" in refused.content.decode()
+    other.refresh_from_db()
+    assert other.title == "Theirs"
+    assert browser.post(f"/c/{mine.id}/rename/", {**csrf, "title": "Mine"}).status_code == 302
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unknown_or_someone_elses_conversation_is_a_human_404(
+    client: Client, settings: object, debug: bool
+) -> None:
+    settings.DEBUG = debug  # type: ignore[attr-defined]
+    other = Conversation.objects.create(owner="session:someone-else")
+    for url in (f"/c/{other.id}/", "/c/00000000-0000-0000-0000-000000000000/"):
+        response = client.get(url)
+        assert response.status_code == 404
+        page = response.content.decode()
+        assert "This conversation does not exist or is not yours" in page
+        assert '<a href="/">Back to your chats</a>' in page
+        assert "URLconf" not in page and "Traceback" not in page
+
+
+def test_other_pages_not_found_use_the_site_404(client: Client, settings: object) -> None:
+    settings.DEBUG = False  # type: ignore[attr-defined]
+    response = client.get("/no/such/page/")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "This page does not exist" in page and '<a href="/">Back to the chat</a>' in page
+    assert 'rel="icon"' in page and "favicon" in page
+
+
+def test_the_favicon_and_the_empty_state(client: Client) -> None:
+    page = client.get(client.get("/")["Location"]).content.decode()
+    icon = re.search(r'<link rel="icon" href="([^"]+\.svg)" type="image/svg\+xml">', page)
+    assert icon is not None
+    assert "book_flight" not in page.split('class="empty-chat"')[1].split("</section>")[0]
+    assert "What can I help you with?" in page
+    prompts = ("Book a flight from JFK to LAX", "Pick a card", "Choose a colour", "Send feedback")
+    for prompt in prompts:
+        assert f'name="text" value="{prompt}"><button type="submit" class="example">' in page
