@@ -351,6 +351,7 @@ class ToolSessionAdmin(ReadOnlyAdmin):
             },
         ),
         ("Times", {"fields": ("started", "updated", "ended", "resumes", "last_resumed")}),
+        ("Log and progress", {"fields": ("logs_json", "progress_json")}),
         ("Origin", {"fields": ("meta_json",)}),
     )
     readonly_fields = tuple(
@@ -367,6 +368,8 @@ class ToolSessionAdmin(ReadOnlyAdmin):
             empty.add("Abort")
         if not obj.pending_key:
             empty.add("Pending question")
+        if not (obj.logs or obj.progress):
+            empty.add("Log and progress")
         return [(name, options) for name, options in fieldsets if name not in empty]
 
     # -- columns and fields ----------------------------------------------------------------
@@ -458,6 +461,14 @@ class ToolSessionAdmin(ReadOnlyAdmin):
     @admin.display(description="meta")
     def meta_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.meta or None)
+
+    @admin.display(description="log lines (the last 50)")
+    def logs_json(self, session: ToolSession) -> SafeString | str:
+        return folded_json(session.logs or None)
+
+    @admin.display(description="latest progress")
+    def progress_json(self, session: ToolSession) -> SafeString | str:
+        return folded_json(session.progress or None)
 
     # -- abort -----------------------------------------------------------------------------
 

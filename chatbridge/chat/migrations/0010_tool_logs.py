@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chatbridge_chat', '0008_toolsession_meta'),
+        ('chatbridge_chat', '0009_abort_reason_final_phase'),
     ]
 
     operations = [
