@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
 from chatbridge.core.completion import ToolCallRequest
 from chatbridge.core.engine import ChatHub, CommandRefused
-from chatbridge.core.protocol import ChatEvent, ElicitResponseCommand
+from chatbridge.core.protocol import ChatEvent, ElicitResponseAck, ElicitResponseCommand
 from chatbridge.core.sampling import LiteLLMSampler
 from tests.test_engine import MemoryStore, first_event
 
@@ -141,8 +141,10 @@ async def test_a_second_copy_of_an_answer_is_taken_quietly_and_applied_once(hub:
     Gates.work.set()
     assert json.loads(await call) == {"started": True, "size": "M"}
     await chat.elicit_response("c", answer(size, size="M"))  # the call is over: still quiet
-    acks = [e for e in events if e.type == "elicit_response_ack"]
-    assert [a.elicit_id for a in acks] == [go.elicit_id, size.elicit_id]  # each applied once
+    acks = [e for e in events if isinstance(e, ElicitResponseAck)]
+    done = [e for e in events if e.type == "elicit_complete"]
+    assert [a.elicit_id for a in acks] == [go.elicit_id, size.elicit_id]  # each taken once
+    assert [d.elicit_id for d in done] == [go.elicit_id, size.elicit_id]  # and applied once
     assert chat.manager.get("s2") is None
 
 
