@@ -58,6 +58,14 @@ async def show_size(req: Any, ctx: Any) -> Any:
     return (await ctx.render("size.html")).result
 
 
+async def careful(params: Any, ctx: Any) -> dict[str, Any]:
+    return {"done": True}
+
+
+careful_plugin = make_plugin(
+    create_mcp_tool("careful").needs_approval().elicits().execute(careful)
+).build()
+
 slow_plugin = (
     make_plugin(create_mcp_tool("slow_form").elicits(go=Go, size=Size).execute(two_questions))
     .on_elicit(go=show_go, size=show_size)
@@ -79,7 +87,7 @@ async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
     store = MemoryStore()
     manager = SessionManager(sampler=LiteLLMSampler("offline/engine"))
     chat = ChatHub(
-        registry=PluginRegistry([slow_plugin]),
+        registry=PluginRegistry([slow_plugin, careful_plugin]),
         manager=manager,
         store=store,
         sink=sink,
@@ -202,3 +210,24 @@ def _form(events: list[ChatEvent], key: str) -> Any:
 async def _until(condition: Any) -> None:
     while not condition():
         await asyncio.sleep(0.01)
+
+
+async def test_a_decision_sent_while_its_call_is_resumed_waits_and_a_copy_is_quiet(
+    hub: Any,
+) -> None:
+    chat, _, events = hub
+    conv = chat._conversation("c")
+    shown = conv.resuming["a1"] = asyncio.Event()  # the call is being resumed by replay
+    # The approval given offline arrives before the replay shows the prompt again: it waits.
+    deciding = asyncio.create_task(chat.decide("c", "a1", True))
+    await asyncio.sleep(0)
+    assert not deciding.done()
+    call = asyncio.create_task(chat.execute_tool_call("c", ToolCallRequest("a1", "careful", "{}")))
+    await asyncio.wait_for(deciding, 5)
+    assert shown.is_set()
+    assert json.loads(await call) == {"done": True}
+    await chat.decide("c", "a1", True)  # a second copy: quiet
+    with pytest.raises(CommandRefused) as refused:
+        await chat.decide("c", "a1", False)
+    assert str(refused.value) == "That tool call was already approved, so this was not used."
+    assert not [e for e in events if e.type == "error"]

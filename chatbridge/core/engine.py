@@ -11,6 +11,7 @@ through the sink. Resuming suspended calls and routing to other workers is ``Rec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -98,6 +99,7 @@ class ChatHub:
         self._conversations: dict[str, LiveConversation] = {}
         # (conversation, elicit id) → (action, content) of the answer delivered for it
         self._delivered: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
+        self._decided: OrderedDict[tuple[str, str], bool] = OrderedDict()  # approvals taken
         self._closed = False  # the process is shutting down: no new turns
         self.recovery = Recovery(self, start=self._start, begin=self._begin, deliver=self._deliver)
         self.turns = Turns(self)
@@ -226,12 +228,36 @@ class ChatHub:
         *,
         routed: bool = False,
     ) -> None:
-        """Approve or deny a tool call waiting for approval, on whichever worker asked."""
+        """Approve or deny a tool call waiting for approval, on whichever worker asked.
+
+        A decision that arrives while its call is being resumed by replay waits for the prompt
+        to show again; a second copy of a decision already taken is taken quietly."""
         conv = self._conversations.get(conversation_id)
         approval = conv.approvals.get(call_id) if conv is not None else None
+        if conv is not None and approval is None:
+            if conv.starting is not None:  # maybe the turn resuming this call
+                await conv.starting.wait()
+            shown = conv.resuming.get(call_id)
+            if shown is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(shown.wait(), SHOW_PATIENCE)
+            approval = conv.approvals.get(call_id)
         if approval is not None and not approval.decision.done():
             approval.decision.set_result((approved, reason.strip()))
+            self._decided[conversation_id, call_id] = approved
+            while len(self._decided) > ANSWERS_REMEMBERED:
+                self._decided.popitem(last=False)
             return
+        decided = self._decided.get((conversation_id, call_id))
+        if decided is not None:
+            if decided == approved:
+                logger.info("a copy of the decision on %s: already taken", call_id)
+                return
+            raise CommandRefused(
+                "ALREADY_ANSWERED",
+                f"That tool call was already {'approved' if decided else 'denied'}, so this "
+                "was not used.",
+            )
         if not routed and approval is None:
             holder = await self.leases.turn_holder(conversation_id)
             command: Approve | Deny = (
