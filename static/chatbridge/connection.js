@@ -30,6 +30,7 @@
   var state = "connecting";
   var opened = false;
   var failures = 0;
+  var leaving = false;
   // Answers sent and not yet seen answered: {callId, elicitId, message, label}.
   var unconfirmed = [];
 
@@ -122,13 +123,18 @@
 
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail && event.detail.event ? event.detail.event.code : 1006;
-    if (RECONNECTS.indexOf(code) < 0) {
-      if (opened) setState("closed");
+    if (leaving) return;  // the page is being left: nothing to tell
+    if (RECONNECTS.indexOf(code) < 0) {  // refused or closed for good: no reconnect follows
+      setState("closed");
       return;
     }
     failures += 1;
     setState(failures > 1 || navigator.onLine === false ? "offline" : "reconnecting");
   });
+
+  window.addEventListener("pagehide", function () { leaving = true; });
+  window.addEventListener("beforeunload", function () { leaving = true; });
+  window.addEventListener("pageshow", function () { leaving = false; });
 
   window.addEventListener("offline", function () {
     if (state !== "connected") setState("offline");
