@@ -4,7 +4,7 @@ while the server is down is sent when it is back, once.
 A daphne of its own (port, database) is killed with SIGKILL while book_flight's seat picker is
 open, a seat is clicked while nothing listens, and a new daphne is started on the same port and
 database: the chat goes on to the review step without a second click, and exactly one seat
-answer is on record.
+answer is on record: the last one clicked (a second click while offline replaces the first).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, expect
 
+from plugins.book_flight.data import seat_map_for
 from tests.servers import free_port, migrated_env, start_daphne, stop
 from tests.test_browser import (
     ARTIFACTS,
@@ -39,6 +40,16 @@ RECORD_STATES = """() => {
   new MutationObserver(() => window.connectionStates.push(state.textContent.trim()))
     .observe(state, {childList: true, characterData: true, subtree: true});
 }"""
+
+
+def second_free(flight_id: str) -> str:
+    free = [
+        seat["label"]
+        for row in seat_map_for(flight_id).grid()
+        for seat in row["seats"]
+        if not seat["taken"]
+    ]
+    return free[1]
 
 
 @pytest.mark.slow
@@ -70,12 +81,19 @@ async def test_a_seat_clicked_while_the_server_is_down_is_sent_once_when_it_is_b
         # The page no longer claims that all is well.
         await expect(page.locator("#chat-status")).not_to_have_text("Waiting for your answer…")
 
-        seat = first_free(flight_id)
-        await page.get_by_role("button", name=seat, exact=True).click()
         card = page.locator("section.elicit-card")
+        mistake = first_free(flight_id)
+        await page.get_by_role("button", name=mistake, exact=True).click()
+        await expect(card).to_contain_text(
+            f"Your answer ({mistake}) will be sent when the connection is back"
+        )
+        # Another seat of the same question, still offline: it replaces the first one.
+        seat = second_free(flight_id)
+        await page.get_by_role("button", name=seat, exact=True).click()
         await expect(card).to_contain_text(
             f"Your answer ({seat}) will be sent when the connection is back"
         )
+        await expect(card).not_to_contain_text(f"({mistake})")
         await page.screenshot(path=ARTIFACTS / "offline-seat-pending.png", full_page=True)
 
         second = start_daphne(port, env, log=tmp_path / "second.log")  # same port, same data
@@ -112,3 +130,4 @@ async def test_a_seat_clicked_while_the_server_is_down_is_sent_once_when_it_is_b
     seats = [json.loads(result) for key, result in answers if key == "pick_seat"]
     picked = {"row": int(seat[:-1]), "seat": seat[-1]}
     assert seats == [{"action": "accept", "content": picked}], answers  # exactly once
+    assert mistake != seat

@@ -94,7 +94,7 @@
     var card = document.getElementById("elicit-" + entry.callId);
     var form = card && card.querySelector("form");
     if (!form || fieldValue(form, "elicit_id") !== entry.elicitId) return null;
-    return form.querySelector("[role=alert]") ? null : form;
+    return form.querySelector("[role=alert], .field-error, [aria-invalid=true]") ? null : form;
   }
 
   function settle() {
