@@ -34,14 +34,13 @@
   // Answers sent and not yet seen answered: {callId, elicitId, message, label}.
   var unconfirmed = [];
 
-  if (window.htmx) {
-    // Reconnect soon after a drop, then back off to at most 5 s: the extension's default
-    // (full jitter up to 64 s) leaves a person waiting long after the server is back.
-    htmx.config.wsReconnectDelay = function (retry) {
-      var ceiling = Math.min(500 * Math.pow(2, retry), 5000);
-      return ceiling / 2 + Math.random() * ceiling / 2;
-    };
+  // Reconnect soon after a drop, then back off to at most 5 s: the extension's default
+  // (full jitter up to 64 s) leaves a person waiting long after the server is back.
+  function reconnectDelay(retry) {
+    var ceiling = Math.min(500 * Math.pow(2, retry), 5000);
+    return ceiling / 2 + Math.random() * ceiling / 2;
   }
+  if (window.htmx) htmx.config.wsReconnectDelay = reconnectDelay;
 
   function setState(name) {
     var changed = name !== state;
@@ -119,12 +118,28 @@
     });
   });
 
-  document.addEventListener("htmx:wsAfterMessage", settle);
+  document.addEventListener("htmx:wsAfterMessage", function (event) {
+    var message = event.detail && typeof event.detail.message === "string" ? event.detail.message : "";
+    if (message.indexOf('role="alert"') >= 0) {
+      // The server answered with an error: what was sent got its reply; nothing to send again.
+      unconfirmed.forEach(function (entry) {
+        var note = document.querySelector("#elicit-" + CSS.escape(entry.callId) + " .answer-pending-note");
+        if (note) note.remove();
+      });
+      unconfirmed = [];
+      return;
+    }
+    settle();
+  });
 
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail && event.detail.event ? event.detail.event.code : 1006;
     if (leaving) return;  // the page is being left: nothing to tell
-    if (RECONNECTS.indexOf(code) < 0) {  // refused or closed for good: no reconnect follows
+    var wrapper = event.detail && event.detail.socketWrapper;
+    if (code === 1001 && wrapper && wrapper.reconnect) {
+      // The server is going away (a restart): the extension does not reconnect after 1001.
+      setTimeout(function () { if (!leaving) wrapper.reconnect(); }, reconnectDelay(0));
+    } else if (RECONNECTS.indexOf(code) < 0) {  // refused or closed for good: no reconnect
       setState("closed");
       return;
     }
