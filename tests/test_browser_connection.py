@@ -5,17 +5,23 @@ A daphne of its own (port, database) is killed with SIGKILL while book_flight's 
 open, a seat is clicked while nothing listens, and a new daphne is started on the same port and
 database: the chat goes on to the review step without a second click, and exactly one seat
 answer is on record: the last one clicked (a second click while offline replaces the first).
+
+With the shared server, the page's socket is routed through Playwright to lose an answer with
+its socket (sent again on reconnect, applied) and to cut the socket after an answer is
+delivered but before its reply (the copy sent again is taken quietly).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, WebSocketRoute, expect
 
 from plugins.book_flight.data import seat_map_for
 from tests.servers import free_port, migrated_env, start_daphne, stop
@@ -131,3 +137,76 @@ async def test_a_seat_clicked_while_the_server_is_down_is_sent_once_when_it_is_b
     picked = {"row": int(seat[:-1]), "seat": seat[-1]}
     assert seats == [{"action": "accept", "content": picked}], answers  # exactly once
     assert mistake != seat
+
+
+class FlakySocket:
+    """Routes the chat page's sockets through Playwright: ``drop_next`` loses the next answer
+    with its socket (sent, never delivered); ``cut_after_next`` delivers it, then the socket
+    dies before the acknowledgement comes back."""
+
+    def __init__(self) -> None:
+        self.mode = ""
+        self.connections = 0
+        self.answers: list[str] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, page_side: WebSocketRoute) -> None:
+        self.connections += 1
+        server_side = page_side.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            text = message if isinstance(message, str) else message.decode()
+            if '"elicit_response"' in text and self.mode:
+                mode, self.mode = self.mode, ""
+                if mode == "cut_after_next":
+                    self.answers.append(text)
+                    server_side.send(message)
+                self._cut(page_side, server_side)
+                return
+            if '"elicit_response"' in text:
+                self.answers.append(text)
+            server_side.send(message)
+
+        page_side.on_message(from_page)
+        server_side.on_message(page_side.send)
+
+    def _cut(self, page_side: WebSocketRoute, server_side: WebSocketRoute) -> None:
+        async def cut() -> None:  # 1012: service restart; the page reconnects by itself
+            await page_side.close(code=1012, reason="cut by the test")
+            await server_side.close()
+
+        task = asyncio.get_running_loop().create_task(cut())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+async def test_an_answer_lost_with_its_socket_is_sent_again_and_applied_once(
+    browser: Browser, server: str
+) -> None:
+    page = await browser.new_page()
+    flaky = FlakySocket()
+    await page.route_web_socket(re.compile(r"/ws/chat/"), flaky)
+    await page.goto(server + "/")
+    await page.get_by_role("button", name="New chat").click()
+    state = page.locator("#connection-state")
+    await expect(state).to_have_text(CONNECTED)
+    await ask_for_flights(page)
+    flight_id = await pick_first_flight(page)
+
+    before = flaky.connections
+    flaky.mode = "drop_next"  # the seat leaves on a socket that dies before delivering it
+    seat = first_free(flight_id)
+    await page.get_by_role("button", name=seat, exact=True).click()
+    # The page reconnects and sends it again: the review comes without a second click.
+    await expect(page.get_by_role("button", name="Confirm and pay")).to_be_visible(timeout=15000)
+    await expect(state).to_have_text(CONNECTED)
+    assert flaky.connections == before + 1
+
+    flaky.mode = "cut_after_next"  # delivered, but the socket dies before the reply
+    await review_and_pay(page)  # the copy sent again is taken quietly
+    await expect_confirmation(page, seat)
+    await expect(page.get_by_role("alert")).to_have_count(0)
+    assert flaky.connections == before + 2
+    confirms = [a for a in flaky.answers if '"confirm"' in a]
+    assert len(confirms) == 2 and confirms[0] == confirms[1]  # the same answer, twice
+    await page.close()
