@@ -253,13 +253,16 @@ async def test_an_answer_for_a_live_call_between_questions_is_refused_at_once(hu
     await chat.elicit_response("c", answer)
     await first_event(events, "elicit_complete")  # the tool works on; no question is open
     assert chat.state("c").pending == [] and chat.manager.get("j1") is not None
-    # The same answer again (a double click): refused now, not after waiting for a question
-    # that never comes (the bound is only there to fail; the old wait was 10 s).
+    # The same answer again (a double click): taken quietly at once, not after waiting for a
+    # question that never comes (the bound is only there to fail; the old wait was 10 s).
+    await asyncio.wait_for(chat.elicit_response("c", answer), 5)
+    # Another answer to it is refused at once, in words.
     with pytest.raises(CommandRefused) as refused:
-        await asyncio.wait_for(chat.elicit_response("c", answer), 5)
+        other = answer.model_copy(update={"content": {"go": False}})
+        await asyncio.wait_for(chat.elicit_response("c", other), 5)
     assert (refused.value.code, str(refused.value)) == (
-        "NOT_WAITING",
-        "This question is not waiting for an answer.",
+        "ALREADY_ANSWERED",
+        "That question was already answered, so this answer was not used.",
     )
     assert not call.done()
     LongJob.gate.set()

@@ -151,7 +151,36 @@ class PendingElicit:
 
     session: PluginSession
     elicit_id: str
-    waiter: asyncio.Future[FormPost] | None = None
+    _waiter: asyncio.Future[FormPost] | None = field(default=None, repr=False)
+    # Set while the form waits for a post: an answer arriving while the form is being drawn
+    # (a call resumed by replay, a form drawn again after a refused answer) waits for it.
+    _ready: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def waiter(self) -> asyncio.Future[FormPost] | None:
+        return self._waiter
+
+    @waiter.setter
+    def waiter(self, waiter: asyncio.Future[FormPost] | None) -> None:
+        self._waiter = waiter
+        if waiter is not None and not waiter.done():
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    async def wait_shown(self, timeout: float) -> bool:
+        """Wait until the form waits for a post; False if the question closed first (answered,
+        expired, aborted) or ``timeout`` passed."""
+        if self._ready.is_set():
+            return True
+        shown = asyncio.ensure_future(self._ready.wait())
+        closed = asyncio.ensure_future(self.session.question_closed(self.elicit_id))
+        try:
+            await asyncio.wait({shown, closed}, timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            shown.cancel()
+            closed.cancel()
+        return self._ready.is_set()
 
     @property
     def call_id(self) -> str:
@@ -172,9 +201,10 @@ class PendingElicit:
 
     def deliver(self, post: FormPost) -> bool:
         """Hand a post to the waiting form; False if nothing is waiting."""
-        if self.waiter is None or self.waiter.done():
+        if self._waiter is None or self._waiter.done():
             return False
-        self.waiter.set_result(post)
+        self._waiter.set_result(post)
+        self._ready.clear()
         return True
 
 

@@ -11,7 +11,9 @@ through the sink. Resuming suspended calls and routing to other workers is ``Rec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,7 +43,7 @@ from chatbridge.core.protocol import (
     ElicitResponseCommand,
     Phase,
 )
-from chatbridge.core.recovery import Recovery
+from chatbridge.core.recovery import NOT_OPEN, Recovery
 from chatbridge.core.tool_calls import ToolCallRunner
 from chatbridge.core.turns import Turns
 
@@ -56,6 +58,10 @@ __all__ = [
 logger = logging.getLogger("chatbridge.engine")
 
 SHUTTING_DOWN = "The server is restarting; please send that again in a moment."
+STALE_FORM = "This form is out of date: a newer question is open, so this answer was not used."
+SHOW_PATIENCE = 10.0  # seconds an answer waits for its form to be drawn (a replay, a redraw)
+ANSWERS_REMEMBERED = 2000  # answers delivered here: a second copy of one is taken quietly
+_CLOSED_AS = {"decline": "declined", "cancel": "cancelled"}
 BUSY_ELSEWHERE = (
     "Another server is running a reply in this conversation; please wait for it, or abort "
     "the running tool."
@@ -91,6 +97,9 @@ class ChatHub:
             set_phase=self.phase,
         )
         self._conversations: dict[str, LiveConversation] = {}
+        # (conversation, elicit id) → (action, content) of the answer delivered for it
+        self._delivered: OrderedDict[tuple[str, str], tuple[str, dict[str, Any]]] = OrderedDict()
+        self._decided: OrderedDict[tuple[str, str], bool] = OrderedDict()  # approvals taken
         self._closed = False  # the process is shutting down: no new turns
         self.recovery = Recovery(self, start=self._start, begin=self._begin, deliver=self._deliver)
         self.turns = Turns(self)
@@ -113,7 +122,14 @@ class ChatHub:
             self.forget_if_idle(conv)
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
-        """Deliver an answer to the form waiting for it (or handle a lost session)."""
+        """Deliver an answer to the form waiting for it (or handle a lost session).
+
+        An answer that arrives while its form is being drawn (a call resumed by replay after a
+        restart) waits for the form. A second copy of an answer already taken (same elicit id:
+        a double click, another tab, a copy sent again by a reconnecting browser) is taken
+        quietly and applied once; any other answer for a question no longer open is refused
+        with a message saying so.
+        """
         if cmd.session_id != cmd.call_id:
             raise CommandRefused(
                 "BAD_COMMAND",
@@ -127,20 +143,52 @@ class ChatHub:
                 await self.recovery.unmatched_response(conv, cmd)
                 return
             await self._deliver(conv, cmd)
+        except CommandRefused as refused:
+            if refused.code not in ("NOT_WAITING", "STALE_ELICIT", "CLOSED", "NOT_FOUND"):
+                raise
+            self._late_answer(conv.id, cmd, refused)
         finally:
             self.forget_if_idle(conv)
+
+    def _late_answer(
+        self, conversation_id: str, cmd: ElicitResponseCommand, refused: CommandRefused
+    ) -> None:
+        """An answer for a question that is not open: return quietly for a copy of the answer
+        it was given; otherwise raise ``refused``, or say how the question was closed."""
+        taken = self._delivered.get((conversation_id, cmd.elicit_id))
+        if taken is None:
+            session = self.manager.get(cmd.call_id)
+            if session is not None and session.meta.get("conversation_id") != conversation_id:
+                session = None  # another conversation's call
+            result = session.answer_of(cmd.elicit_id) if session is not None else None
+            if result is None:
+                raise refused
+            taken = (result.action, dict(cmd.content))  # the form's raw post is not on record
+        if taken == (cmd.action, dict(cmd.content)):
+            logger.info("a copy of the answer to %s: already taken", cmd.elicit_id)
+            return
+        raise CommandRefused(
+            "ALREADY_ANSWERED",
+            f"That question was already {_CLOSED_AS.get(taken[0], 'answered')}, so this answer "
+            "was not used.",
+        )
 
     async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
-            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
+            raise CommandRefused("NOT_WAITING", NOT_OPEN)
         if (pending.session_id, pending.elicit_id) != (cmd.session_id, cmd.elicit_id):
-            raise CommandRefused(
-                "STALE_ELICIT",
-                f"This form is out of date: the question now open is {pending.elicit_id}.",
-            )
+            raise CommandRefused("STALE_ELICIT", STALE_FORM)
+        # Its form may be being drawn (a replayed call, a redraw after a refused answer).
+        shown = await pending.wait_shown(SHOW_PATIENCE)
+        if not shown or conv.pending.get(cmd.call_id) is not pending:
+            raise CommandRefused("NOT_WAITING", NOT_OPEN)
         if not pending.deliver(FormPost(cmd.action, dict(cmd.content))):
-            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
+            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+        self._delivered[conv.id, cmd.elicit_id] = (cmd.action, dict(cmd.content))
+        self._delivered.move_to_end((conv.id, cmd.elicit_id))
+        while len(self._delivered) > ANSWERS_REMEMBERED:
+            self._delivered.popitem(last=False)
         await self.sink(
             conv.id,
             ElicitResponseAck(call_id=cmd.call_id, elicit_id=cmd.elicit_id, action=cmd.action),
@@ -180,12 +228,36 @@ class ChatHub:
         *,
         routed: bool = False,
     ) -> None:
-        """Approve or deny a tool call waiting for approval, on whichever worker asked."""
+        """Approve or deny a tool call waiting for approval, on whichever worker asked.
+
+        A decision that arrives while its call is being resumed by replay waits for the prompt
+        to show again; a second copy of a decision already taken is taken quietly."""
         conv = self._conversations.get(conversation_id)
         approval = conv.approvals.get(call_id) if conv is not None else None
+        if conv is not None and approval is None:
+            if conv.starting is not None:  # maybe the turn resuming this call
+                await conv.starting.wait()
+            shown = conv.resuming.get(call_id)
+            if shown is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(shown.wait(), SHOW_PATIENCE)
+            approval = conv.approvals.get(call_id)
         if approval is not None and not approval.decision.done():
             approval.decision.set_result((approved, reason.strip()))
+            self._decided[conversation_id, call_id] = approved
+            while len(self._decided) > ANSWERS_REMEMBERED:
+                self._decided.popitem(last=False)
             return
+        decided = self._decided.get((conversation_id, call_id))
+        if decided is not None:
+            if decided == approved:
+                logger.info("a copy of the decision on %s: already taken", call_id)
+                return
+            raise CommandRefused(
+                "ALREADY_ANSWERED",
+                f"That tool call was already {'approved' if decided else 'denied'}, so this "
+                "was not used.",
+            )
         if not routed and approval is None:
             holder = await self.leases.turn_holder(conversation_id)
             command: Approve | Deny = (

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from chatbridge.core.conversation import (
     CommandRefused,
@@ -25,12 +25,14 @@ from chatbridge.core.protocol import Abort, Approve, Deny, ElicitResponseCommand
 if TYPE_CHECKING:
     from chatbridge.core.engine import ChatHub
 
-__all__ = ["ROUTE_PATIENCE", "ROUTE_RETRY", "Recovery"]
+__all__ = ["CLOSED", "NOT_OPEN", "ROUTE_PATIENCE", "ROUTE_RETRY", "Recovery"]
 
 logger = logging.getLogger("chatbridge.engine")
 
+NOT_OPEN = "That question is no longer open, so this answer was not used."
 ROUTE_PATIENCE = 15.0  # seconds an answer waits for a live but unreachable owner
 ROUTE_RETRY = 0.5
+CLOSED = "That question is closed: its tool call has already finished, so this answer was not used."
 
 StartTurn = Callable[
     [LiveConversation, list[ElicitResponseCommand], str | None, Sequence[ResumableCall]], None
@@ -108,8 +110,11 @@ class Recovery:
             return
         if hub.manager.get(cmd.call_id) is not None and cmd.call_id in conv.calls:
             # Live here with no question open (answered, the tool works on): nothing to wait for.
-            raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
-        if cmd.call_id not in dangling_calls(await hub.store.messages(conv.id)):
+            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+        messages = await hub.store.messages(conv.id)
+        if cmd.call_id not in dangling_calls(messages):
+            if cmd.call_id in _tool_calls(messages):  # it has ended (a copy is taken quietly)
+                raise CommandRefused("CLOSED", CLOSED)
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
         if await self.route(conv, cmd):
             return
@@ -132,11 +137,10 @@ class Recovery:
         if shown is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(shown.wait(), timeout)
-        pending = conv.pending.get(cmd.call_id)
-        if pending is not None and pending.waiter is not None:
+        if cmd.call_id in conv.pending:  # shown, or being drawn: the delivery waits for it
             await self._deliver(conv, cmd)
             return
-        raise CommandRefused("NOT_WAITING", "This question is not waiting for an answer.")
+        raise CommandRefused("NOT_WAITING", NOT_OPEN)
 
     async def route(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> bool:
         """Hand the answer to the live worker holding its call; False once none holds it.
@@ -187,3 +191,13 @@ class Recovery:
             "%s for conversation %s carried out by %s", command.type, conversation_id, worker
         )
         return True
+
+
+def _tool_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """Ids of every tool call the model made in the conversation."""
+    return {
+        str(call.get("id"))
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or ()
+    }

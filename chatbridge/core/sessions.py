@@ -299,6 +299,24 @@ class PluginSession:
         pending[1].set_result(Cancel())
         return True
 
+    def answer_of(self, elicit_id: ElicitId | str) -> ElicitResult[Any] | None:
+        """How this call's question ``elicit_id`` closed (answered, declined, cancelled,
+        expired), or None if it is open, was never asked, or is another call's. Kept through a
+        replay: the n-th question of a call is the n-th elicit of its journal."""
+        wanted = str(elicit_id)
+        if self.last_answer is not None and self.last_answer[0] == wanted:
+            return self.last_answer[1]
+        try:
+            parsed = ElicitId.parse(wanted)
+        except ValueError:
+            return None
+        if (parsed.tool_name, parsed.call_id) != (self.tool_name, self.call_id):
+            return None
+        asked = [e for e in self._journal.entries() if e.kind == "elicit" and e.scope == ""]
+        if parsed.seq > len(asked):
+            return None
+        return result_from_dict(asked[parsed.seq - 1].result)
+
     async def question_closed(self, elicit_id: ElicitId | str) -> None:
         """Wait until the question ``elicit_id`` is no longer pending (answered or expired)."""
         pending = self._pending

@@ -120,6 +120,7 @@ class ToolCallRunner:
         call_id, arguments = session.call_id, session.params.model_dump(mode="json")
         decision: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
         conv.approvals[call_id] = PendingApproval(call_id, session.tool_name, arguments, decision)
+        conv.resumed(call_id)  # a decision sent while the call was being resumed goes in now
         prompt = ApprovalRequest(call_id=call_id, tool_name=session.tool_name, arguments=arguments)
         await self.sink(conv.id, prompt)
         await self.set_phase(conv, conv.waiting_phase())
