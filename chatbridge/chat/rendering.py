@@ -308,11 +308,11 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             )
         return html
     if isinstance(event, ErrorEvent):
-        text = chat_error_text(event.code, event.message)
-        if text != event.message:  # the exact text is for logs; the person reads ``text``
+        words = chat_error_text(event.code, event.message)
+        if words != event.message:  # the exact text is for logs; the person reads ``words``
             logger.info("error %s shown in words for people: %s", event.code, event.message)
         return _oob(
             "innerHTML:#errors",
-            render_to_string("chatbridge/error.html", {"event": event, "text": text}),
+            render_to_string("chatbridge/error.html", {"event": event, "text": words}),
         )
     return None

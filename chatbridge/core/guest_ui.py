@@ -44,11 +44,13 @@ def schema_errors(schema: Mapping[str, Any], data: Any) -> FieldErrors:
                     )
             continue
         field = str(error.absolute_path[0]) if error.absolute_path else "__all__"
+        # An optional field (anyOf [X, null]): X's own complaint, not "not valid under any".
+        cause = next((e for e in error.context or () if e.validator != "type"), error)
         errors.setdefault(field, []).append(
             schema_error_message(
-                str(error.validator),
-                error.validator_value,
-                error.schema if isinstance(error.schema, Mapping) else {},
+                str(cause.validator),
+                cause.validator_value,
+                cause.schema if isinstance(cause.schema, Mapping) else {},
                 "" if field == "__all__" else field,
                 error.message,
             )

@@ -47,10 +47,11 @@ class HumanText(str):
 
 def field_label(name: str, schema: Mapping[str, Any] | None = None) -> str:
     """The field's title, or its name as words ("visit_date" → "Visit date")."""
-    title = (schema or {}).get("title")
-    if isinstance(title, str) and title.strip():
-        return title.strip()
     words = name.replace("_", " ").strip()
+    title = (schema or {}).get("title")
+    # pydantic's own title ("Flight Id") is the name title-cased: say it as words instead.
+    if isinstance(title, str) and title.strip() and title.strip() != words.title():
+        return title.strip()
     return words[:1].upper() + words[1:] if words else "This answer"
 
 
@@ -152,6 +153,8 @@ def _message(
         return "Enter a date and time, like 2026-05-31 14:30"
     if kind.startswith("url_"):
         return "Enter a web address, like https://example.com"
+    if kind == "string_unicode":
+        return "Enter plain text: this has a character that cannot be read"
     if kind == "string_type":
         return "Enter some text"
     if kind in ("list_type", "too_short", "too_long"):
