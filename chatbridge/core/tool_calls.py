@@ -42,6 +42,7 @@ from chatbridge.core.sessions import PluginSession
 
 __all__ = [
     "DENIED_PREFIX",
+    "NOT_QUOTED",
     "OPERATOR_PREFIX",
     "USER_STOPPED_PREFIX",
     "ToolCallRunner",
@@ -54,6 +55,8 @@ USER_STOPPED_PREFIX = "Stopped by the user:"
 DENIED_PREFIX = "Denied by the user:"
 OPERATOR_PREFIX = "Stopped by an operator:"
 USER_ABORT = "user"  # ``PluginSession.aborted_by`` of the chat's Abort
+# The exception's text is for logs and the admin: a model is asked not to quote it to people.
+NOT_QUOTED = " (Tell the user in plain words that it did not work; do not quote this error.)"
 _DEFAULT_REASONS = ("aborted by the user", "denied by the user", "denied by the user.")
 
 
@@ -229,7 +232,7 @@ class ToolCallRunner:
                 await self.sink(
                     conv.id, started.model_copy(update={"status": "failed", "error": event.error})
                 )
-                return f"Error: The tool failed: {event.error}"
+                return f"Error: The tool failed: {event.error}{NOT_QUOTED}"
             elif session.aborted_by == DENIED_BY:
                 denied = {"status": "denied", "error": event.reason}
                 await self.sink(conv.id, started.model_copy(update=denied))
