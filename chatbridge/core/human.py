@@ -324,7 +324,7 @@ def human_value(value: Any, schema: Mapping[str, Any] | None = None) -> str:
         if schema.get("format") == "money" or currency:
             return _money(value, str(currency or "USD"))
         if isinstance(value, float) and value.is_integer():
-            return f"{int(value):,}" if abs(value) >= 10000 else str(int(value))
+            return str(int(value))
         return str(value)
     if isinstance(value, date):
         return _date_text(value)
