@@ -37,6 +37,8 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     field = page.locator(".form-field", has=page.get_by_role("textbox", name="Email"))
     await expect(field.get_by_role("alert")).to_have_count(1)  # beside its own field
     await expect(page.locator(".elicit-card")).not_to_contain_text("pattern")
+    ARTIFACTS.mkdir(exist_ok=True)
+    await email_error.screenshot(path=ARTIFACTS / "words-field-error.png")
 
     # The exits are explained; declining gives a "Declined" badge, never a green "Done".
     card = page.locator(".elicit-card")
@@ -46,6 +48,7 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     feedback = page.locator(".tool-card", has_text="send_feedback")
     await expect(feedback.locator(".status")).to_have_text("Declined", timeout=15000)
     await expect(feedback).to_contain_text("Declined: this question was skipped")
+    await feedback.screenshot(path=ARTIFACTS / "words-declined.png")
     await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
 
     # Abort asks first: focus on "Keep going", Esc backs out, then "Yes, abort" stops it.
@@ -57,7 +60,6 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     keep = booking.get_by_role("button", name="Keep going")
     await expect(keep).to_be_focused()
     await expect(booking.get_by_role("group")).to_contain_text("Abort book flight now?")
-    ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=ARTIFACTS / "abort-confirmation.png")
     await page.keyboard.press("Escape")
     await expect(keep).to_be_hidden()
@@ -76,4 +78,5 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
         timeout=15000,
     )
     await expect(page.locator("#transcript")).not_to_contain_text("Sorry")
+    await booking.screenshot(path=ARTIFACTS / "words-stopped-by-you.png")
     await page.close()

@@ -22,6 +22,7 @@ from chatbridge.core.exceptions import (
 )
 from chatbridge.core.guest_ui import schema_errors
 from chatbridge.core.human import chat_error_text, human_value
+from chatbridge.core.protocol import LogLine
 from chatbridge.core.tool_calls import stopped_message
 from chatbridge.llm.planner import plan_reply
 from plugins.choose_color.tool import ColorChoice
@@ -315,3 +316,12 @@ def test_an_operators_abort_is_never_undone_whatever_its_reason_says() -> None:
         tool_turn("Error: Plugin session was lost. Please retry the operation."), TOOLS
     )
     assert [c.name for c in lost.tool_calls] == ["book_flight"]
+
+
+def test_log_data_in_words() -> None:
+    log = LogLine(
+        call_id="c1", level="info", message="Booked", data={"ticket": "T-1", "ok": True, "x": None}
+    )
+    html = render_to_string("chatbridge/log_line.html", {"log": log})
+    assert '<span class="log-data">Ticket: T-1; Ok: Yes</span>' in html
+    assert "None" not in html and "True" not in html
