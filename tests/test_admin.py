@@ -163,7 +163,7 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
     ]
     seat_record = records[1]
     assert seat_record.rejected[0]["data"] == {"row": "twelve", "seat": "C"}
-    assert seat_record.rejected[0]["errors"] == {
+    assert seat_record.rejected[0]["errors"] == {  # the validator's own words, for operators
         "row": ["Input should be a valid integer, unable to parse string as an integer"]
     }
     assert seat_record.result == {
