@@ -264,7 +264,11 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     ended = await chat.next("tool_call", status="aborted")
     assert ended["error"] == "Aborted by operator ops: maintenance"
     reply = await chat.next("assistant_message")
-    assert "Aborted by operator ops: maintenance" in reply["content"]  # the model was told
+    assert ended["aborted_by"] == "operator ops"
+    assert reply["content"] == (  # the model was told, and does not start it again
+        "An operator stopped booking the flight (their reason: maintenance). "
+        "I won't start it again by myself; ask me if you still need it."
+    )
     await chat.turn_done()
     record = await row(seats["session_id"])
     assert (record.status, record.aborted_by) == ("aborted", "operator ops")
@@ -349,7 +353,7 @@ async def test_the_journal_shows_a_rejected_answer_then_the_accepted_one() -> No
     ]
     seat_record = records[1]
     assert seat_record.rejected[0]["data"] == {"row": "twelve", "seat": "C"}
-    assert seat_record.rejected[0]["errors"] == {
+    assert seat_record.rejected[0]["errors"] == {  # the validator's own words, for operators
         "row": ["Input should be a valid integer, unable to parse string as an integer"]
     }
     assert seat_record.result == {

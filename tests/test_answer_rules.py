@@ -180,7 +180,7 @@ def refusals(messages: list[str]) -> list[str]:
     notes = []
     for message in messages:
         head = message.split("\n\n--x-model-context", 1)[0]
-        _, _, note = head.partition("Your previous answer was not accepted: ")
+        _, _, note = head.partition("Your previous answer was not accepted. ")
         notes.append(note)
     return notes
 
@@ -193,8 +193,8 @@ async def test_mcp_refuses_bad_cards_and_asks_again(server: str, mode: str) -> N
     assert not result.is_error, result.content
     notes = refusals(person.messages)
     assert len(notes) == 3 and notes[0] == ""
-    assert notes[1].startswith(f"card: {NOT_DEALT}")
-    assert notes[2].startswith(f"card: {NOT_DEALT}")
+    assert notes[1].startswith(f"Card: {NOT_DEALT}")
+    assert notes[2].startswith(f"Card: {NOT_DEALT}")
     assert result.structured_content is not None
     assert str(result.structured_content["result"]).startswith("You picked the ")
 
@@ -207,8 +207,8 @@ async def test_mcp_refuses_an_unknown_flight_and_a_taken_seat(server: str, mode:
     assert not result.is_error, result.content
     notes = refusals(person.messages)
     assert len(notes) == 6  # flight and seat twice each, the review, the payment
-    assert notes[1].startswith(f"flight_id: {NOT_OFFERED}")
-    assert notes[3].startswith(f"seat: {SEAT_TAKEN}")
+    assert notes[1].startswith(f"Flight id: {NOT_OFFERED}")
+    assert notes[3].startswith(f"Seat: {SEAT_TAKEN}")
     booked = result.structured_content
     assert booked is not None
     assert (booked["booked"], booked["flight"], booked["seat"]) == (True, FLIGHT.number, FREE)
@@ -248,9 +248,9 @@ async def test_respond_refuses_bad_cards_and_keeps_the_request_open(server: str)
         call = asyncio.create_task(client.call_tool("pick_card", {"count": 5}))
         request = await asyncio.wait_for(requests.get(), 10)
         cards = request["context"]["cards"]
-        assert f"card: {NOT_DEALT}" in await respond(client, request, {"card": "ZZ"})
+        assert f"Card: {NOT_DEALT}" in await respond(client, request, {"card": "ZZ"})
         refused = await respond(client, request, {"card": not_dealt(cards)})
-        assert f"card: {NOT_DEALT}" in refused
+        assert f"Card: {NOT_DEALT}" in refused
         assert await respond(client, request, {"card": cards[1]["code"]}) == ""
         result = await asyncio.wait_for(call, 10)
     assert result.structured_content == {"result": f"You picked the {cards[1]['name']}."}
@@ -261,10 +261,10 @@ async def test_respond_refuses_an_unknown_flight_and_a_taken_seat(server: str) -
         call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
         flights = await asyncio.wait_for(requests.get(), 10)
         refused = await respond(client, flights, {"flight_id": "XX-999"})
-        assert f"flight_id: {NOT_OFFERED}" in refused
+        assert f"Flight id: {NOT_OFFERED}" in refused
         assert await respond(client, flights, {"flight_id": FLIGHT.id}) == ""
         seats = await asyncio.wait_for(requests.get(), 10)
-        assert f"seat: {SEAT_TAKEN}" in await respond(client, seats, label(TAKEN))
+        assert f"Seat: {SEAT_TAKEN}" in await respond(client, seats, label(TAKEN))
         assert await respond(client, seats, label(FREE)) == ""
         review = await asyncio.wait_for(requests.get(), 10)
         assert await respond(client, review, {"confirm": True}) == ""

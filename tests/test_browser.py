@@ -157,9 +157,13 @@ async def test_decline_and_abort_buttons(browser: Browser, server: str) -> None:
 
     await ask_for_flights(page)
     await page.get_by_role("button", name="Abort").click()
+    await page.get_by_role("button", name="Yes, abort").click()  # Abort asks first
     aborted = page.locator("article.tool-card", has=page.locator(".status-aborted"))
     await expect(aborted).to_have_count(1, timeout=15000)
-    await expect(aborted.locator(".tool-result")).to_have_text("Aborted: aborted by the user")
+    await expect(aborted.locator(".status")).to_have_text("Stopped by you")
+    await expect(aborted.locator(".tool-result")).to_have_text(
+        "You stopped this before it finished."
+    )
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

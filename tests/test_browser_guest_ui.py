@@ -13,8 +13,8 @@ from tests.servers import free_port, migrated_env, start_daphne, stop
 from tests.test_browser import ARTIFACTS, open_chat
 
 REFUSED_TINT = (
-    "Your previous answer was not accepted: tint: String should match pattern "
-    "'^#[0-9a-fA-F]{6}$'. Please try again."
+    "Your previous answer was not accepted. Tint: Enter a colour as # and six hex digits, "
+    "like #1a2b3c. Please try again."
 )
 
 
@@ -47,8 +47,8 @@ async def test_the_picker_runs_sandboxed_and_the_host_validates(
     error = frame.get_by_role("alert")
     # Word for word what an MCP Apps host shows (tests/test_browser_mcp_app.py), DESIGN §9.
     await expect(error).to_have_text(
-        "Your previous answer was not accepted: color: String should match pattern "
-        "'^#[0-9a-fA-F]{6}$'. Please try again.",
+        "Your previous answer was not accepted. Color: Enter a colour as # and six hex digits, "
+        "like #1a2b3c. Please try again.",
         timeout=15000,
     )
     await expect(tool_status(page)).to_have_text("Running")  # the tool did not resume

@@ -58,7 +58,10 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
         "c-done": ("completed", "", "Error: none, all good"),
         "c-failed": ("failed", "", "Error: The tool failed: boom"),
         "c-denied": ("aborted", "approval", "Error: The user denied this tool call: no"),
-        "c-aborted": ("aborted", "admin:ops", "Error: The tool call was aborted: stop"),
+        "c-aborted": ("aborted", "server", "Error: The tool call was aborted: stop"),
+        "c-mine": ("aborted", "user", "Stopped by the user: the user stopped this tool call."),
+        "c-ops": ("aborted", "operator ops", "Stopped by an operator: ..."),
+        "c-declined": ("completed", "", '{"booked": false, "reason": "seat selection declined"}'),
         "c-lost": ("", "", "Error: Unknown tool 'nope'. Available tools: book_flight."),
     }
     Message.objects.create(
@@ -87,20 +90,38 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
                 tool_name="look_up",
                 status=status,
                 aborted_by=aborted_by,
-                result={"ticket": "T-1"} if status == "completed" else None,
-                error={"failed": "boom", "aborted": f"by {aborted_by or 'nobody'}"}.get(status, ""),
+                result=(
+                    {"booked": False, "reason": "seat selection declined"}
+                    if cid == "c-declined"
+                    else {"ticket": "T-1"}
+                    if status == "completed"
+                    else None
+                ),
+                error={
+                    "failed": "boom",
+                    "aborted": f"Aborted by {aborted_by}: disk full, please retry",
+                }.get(status, ""),
             )
     page = client.get(owner).content.decode()
     done = _card(page, "c-done")
     assert ">Done</span>" in done and "T-1" in done and "all good" not in done
+    # The badge tells what happened; the exception text stays in the record and the logs.
     failed = _card(page, "c-failed")
-    assert ">Failed</span>" in failed and "boom" in failed
+    assert ">Failed</span>" in failed and "boom" not in failed
+    assert "Something went wrong on our side" in failed
     denied = _card(page, "c-denied")
-    assert ">Denied</span>" in denied and "by approval" in denied
+    assert ">Denied</span>" in denied and "You did not allow this to run" in denied
     aborted = _card(page, "c-aborted")
-    assert ">Aborted</span>" in aborted and "by admin:ops" in aborted
+    assert ">Stopped</span>" in aborted and "stopped before it finished" in aborted
+    mine = _card(page, "c-mine")
+    assert ">Stopped by you</span>" in mine and "You stopped this" in mine
+    ops = _card(page, "c-ops")
+    assert ">Stopped by an operator</span>" in ops
+    assert "An operator stopped this: disk full, please retry" in ops
+    declined = _card(page, "c-declined")
+    assert ">Declined</span>" in declined and ">Done<" not in declined
     lost = _card(page, "c-lost")  # never became a session: the message is all there is
-    assert ">Failed</span>" in lost and "Unknown tool" in lost
+    assert ">Failed</span>" in lost and "Unknown tool" not in lost
 
 
 @pytest.mark.usefixtures("fresh_runtime")

@@ -140,7 +140,8 @@ async def test_tool_problems_become_tool_messages_for_the_model(hub: Any) -> Non
         "schema."
     )
     assert await run("c", ToolCallRequest("5", "broken", '{"n": 1}')) == (
-        "Error: The tool failed: RuntimeError: the booking system is down"
+        "Error: The tool failed: RuntimeError: the booking system is down (Tell the user in "
+        "plain words that it did not work; do not quote this error.)"
     )
     statuses = [(e.call_id, e.status) for e in events if e.type == "tool_call"]
     assert statuses == [("4", "failed"), ("5", "running"), ("5", "failed")]

@@ -53,13 +53,18 @@ def guest(action: str = "accept", **content: Any) -> FormPost:
 
 def test_schema_errors_are_reported_by_field() -> None:
     assert schema_errors(SCHEMA, {"color": "#12ab34"}) == {}
-    assert schema_errors(SCHEMA, {}) == {"color": ["This field is required."]}
-    assert schema_errors(SCHEMA, {"color": "#zzz", "name": 5}) == {
-        "color": ["'#zzz' does not match '^#[0-9a-fA-F]{6}$'"],
-        "name": ["5 is not valid under any of the given schemas"],
+    assert schema_errors(SCHEMA, {}) == {"color": ["This field is required"]}
+    found = schema_errors(SCHEMA, {"color": "#zzz", "name": 5})
+    assert found == {
+        "color": ["Enter a colour as # and six hex digits, like #1a2b3c"],
+        "name": ["Enter some text"],
     }
+    # The validator's own words stay with each message, for the logs and the record.
+    assert [m.technical for m in found["color"]] == [  # type: ignore[attr-defined]
+        "'#zzz' does not match '^#[0-9a-fA-F]{6}$'"
+    ]
     assert schema_errors(SCHEMA, ["not", "an", "object"]) == {
-        "__all__": ["['not', 'an', 'object'] is not of type 'object'"]
+        "__all__": ["The answer must be a set of fields, as the form sends it"]
     }
 
 
@@ -71,7 +76,7 @@ async def test_invalid_submissions_go_back_to_the_guest_and_never_reach_the_tool
     assert first["template"] == "chatbridge/guest_ui.html" and first["mode"] == "modal"
     assert first["guest_context"] == {"theme": "dark"} and first["errors"] == {}
     # Refused by the schema and the model alike: in the model's words (DESIGN §9).
-    assert second["errors"] == {"color": ["String should match pattern '^#[0-9a-fA-F]{6}$'"]}
+    assert second["errors"] == {"color": ["Enter a colour as # and six hex digits, like #1a2b3c"]}
     assert json.loads(second["values"][JSON_FIELD]) == {"color": "#zzz"}
 
 
@@ -100,13 +105,13 @@ async def test_what_only_the_schema_refuses_is_refused_in_its_words() -> None:
     counted = ElicitRequest.build(ElicitId("t", "n", "c1", 1), Count, "How many?", {}, {}, UI)
     host = Host(guest(n="5"), guest(n=5))
     assert await guest_ui(counted, PluginContext(counted, host)) == Accept(Count(n=5))
-    assert host.shown[1]["errors"] == {"n": ["'5' is not of type 'integer'"]}
+    assert host.shown[1]["errors"] == {"n": ["Enter a whole number"]}
 
 
 async def test_garbage_json_and_decline() -> None:
     host = Host(FormPost("accept", {JSON_FIELD: "{oops"}), guest("decline"))
     assert await guest_ui(request(), PluginContext(request(), host)) == Decline()
-    assert host.shown[1]["errors"] == {"color": ["Field required"]}  # the model's words
+    assert host.shown[1]["errors"] == {"color": ["This field is required"]}  # the model's
 
 
 async def test_a_question_without_a_ui_uri_is_a_clear_error() -> None:

@@ -16,6 +16,7 @@ from chatbridge.chat.models import JournalRecord, Message, ToolSession
 from chatbridge.chat.recorder import WORKER_ID, DjangoRecorder
 from chatbridge.chat.writer import flush
 from chatbridge.core.journal import JournalEntry
+from chatbridge.core.tool_calls import NOT_QUOTED
 from tests.chat_client import ChatClient
 from tests.test_chat_socket import BOOK, free_seat
 
@@ -110,7 +111,8 @@ async def test_a_failed_journal_write_stops_the_call_before_the_ticket(
     await flush()
 
     messages = await transcript(chat.conversation_id)
-    assert f"Error: The tool failed: {expected}" in messages  # what the model was told
+    told = f"Error: The tool failed: {expected}{NOT_QUOTED}"
+    assert told in messages  # what the model was told
     assert not any("CB-" in m for m in messages)  # no ticket anywhere in the conversation
     assert not [e for e in chat.events if e["type"] == "tool_call" and e["status"] == "completed"]
     assert "issue_ticket" not in await journal_keys(call_id)

@@ -143,8 +143,8 @@ async def test_invalid_answers_are_asked_again_with_the_errors(server: str) -> N
     assert len(person.messages) == 5  # flight, seat twice, review, payment
     again = person.messages[2]
     assert again == (
-        f"Select your seat on {FLIGHTS[0].number}\n\nYour previous answer was not accepted: row: "
-        "Input should be a valid integer, unable to parse string as an integer. Please try again."
+        f"Select your seat on {FLIGHTS[0].number}\n\nYour previous answer was not accepted. "
+        "Row: Enter a number from 1 to 99. Please try again."
     )
 
 
@@ -397,7 +397,7 @@ async def test_invalid_answers_are_asked_again_over_input_required_too() -> None
         result = await client.call_tool("book_flight", ROUTE)
     assert result.structured_content["booked"] is True
     assert len(person.messages) == 5
-    assert "Your previous answer was not accepted: row:" in person.messages[2]
+    assert "Your previous answer was not accepted. Row:" in person.messages[2]
 
 
 APPS = "io.modelcontextprotocol/ui"
@@ -495,7 +495,7 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
             "_ui_answer", {"action": "accept", "content": {"color": "#zzz"}}
         )
         assert refused.is_error
-        assert refused.content[0].text.startswith("Your previous answer was not accepted: color:")
+        assert refused.content[0].text.startswith("Your previous answer was not accepted. Color:")
         again = await client.call_tool("_ui_question", {})
         assert again.structured_content["error"] == refused.content[0].text
         taken = await client.call_tool(
@@ -599,8 +599,8 @@ async def test_a_lone_surrogate_in_input_responses_is_an_invalid_answer_asked_ag
         [(same, request)] = again.input_requests.items()
         assert same == key
         assert (
-            "Your previous answer was not accepted: flight_id: Input should be a valid string, "
-            "unable to parse raw data as a unicode string." in request.params.message
+            "Your previous answer was not accepted. Flight id: Enter plain text: this has a "
+            "character that cannot be read. Please try again." in request.params.message
         )
         second = await client.session.call_tool(
             "book_flight",

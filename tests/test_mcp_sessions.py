@@ -168,7 +168,7 @@ async def test_replaying_an_older_state_does_not_reset_the_invalid_answer_cap(
     assert isinstance(once, types.InputRequiredResult)
     assert isinstance(twice, types.InputRequiredResult)
     message = twice.input_requests[key].params.message
-    assert "Your previous answer was not accepted: row: Input should be a valid integer" in message
+    assert "Your previous answer was not accepted. Row: Enter a number from 1 to 99" in message
     assert isinstance(thrice, types.CallToolResult)
     assert thrice.structured_content == {"booked": False, "reason": "seat selection cancelled"}
     assert tickets == []

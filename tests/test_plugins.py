@@ -24,6 +24,7 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
+from chatbridge.core.exceptions import technical_errors
 from tests.support import Confirm, PickHotel, Rating, trip_tool
 
 
@@ -118,13 +119,15 @@ async def test_render_rerenders_invalid_posts_with_errors_until_valid() -> None:
     submission = await ctx.render("rate.html", {"scale": 5})
     assert submission.result == Accept(Rating(stars=4))
     assert (submission.data, submission.attempts) == ({"stars": "4"}, 3)
+    # The form shows words for people; each keeps pydantic's text for the record.
     assert surface.shown == [
         ("rate.html", {}),
-        (
-            "rate.html",
-            {"stars": ["Input should be a valid integer, unable to parse string as an integer"]},
-        ),
-        ("rate.html", {"stars": ["Input should be less than or equal to 5"]}),
+        ("rate.html", {"stars": ["Enter a number from 1 to 5"]}),
+        ("rate.html", {"stars": ["Enter a number from 1 to 5"]}),
+    ]
+    assert [technical_errors(errors) for _, errors in surface.shown[1:]] == [
+        {"stars": ["Input should be a valid integer, unable to parse string as an integer"]},
+        {"stars": ["Input should be less than or equal to 5"]},
     ]
     assert surface.contexts[0]["scale"] == 5 and surface.contexts[0]["request"].key == "rate"
 

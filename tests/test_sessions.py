@@ -138,7 +138,9 @@ async def test_invalid_answer_raises_and_the_question_stays_pending(
         "hotel: Input should be a valid string. "
         "The elicitation is still pending; answer it again with valid content."
     )
-    assert info.value.field_errors() == {"hotel": ["Input should be a valid string"]}
+    assert info.value.field_errors() == {"hotel": ["Enter some text"]}
+    technical = [m.technical for m in info.value.field_errors()["hotel"]]  # type: ignore[attr-defined]
+    assert technical == ["Input should be a valid string"]
     assert session.status == "awaiting_elicit"
     assert session.pending is not None and str(session.pending.id) == hotel_id()
     assert session.journal == []

@@ -108,8 +108,7 @@ async def test_deny_tells_the_model_the_reason() -> None:
     row = await ToolSession.objects.aget(pk=request["call_id"])
     assert (row.status, row.aborted_by, row.error) == ("aborted", "approval", denied["error"])
     assert reply["content"] == (
-        "Sorry, send feedback did not work: Error: The user denied this tool call: not today "
-        "You can try again or rephrase."
+        "OK, I did not send the feedback, as you asked. Tell me if you change your mind."
     )
     await chat.send({"type": "approve", "call_id": request["call_id"]})
     assert (await chat.next("error"))["code"] == "NOT_FOUND"

@@ -7,6 +7,7 @@ through Django's autoescaping templates.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from chatbridge.core.approval import DENIED_BY
 from chatbridge.core.elicit import ElicitRequest
+from chatbridge.core.human import chat_error_text, field_label, human_value
 from chatbridge.core.protocol import (
     AssistantDelta,
     AssistantMessage,
@@ -30,11 +32,14 @@ from chatbridge.core.protocol import (
     ToolCallEvent,
     UserMessage,
 )
+from chatbridge.core.tool_calls import USER_ABORT
 
 if TYPE_CHECKING:
     from chatbridge.chat.models import ToolSession
 
 __all__ = ["SocketView", "ToolCallView", "render_event", "render_form", "transcript"]
+
+logger = logging.getLogger("chatbridge.chat")
 
 
 @dataclass
@@ -49,10 +54,78 @@ class ToolCallView:
     error: str | None = None
     progress: ProgressNote | None = None
     logs: list[LogLine] = field(default_factory=list)
+    aborted_by: str = ""  # who aborted an "aborted" call: "user", "operator <name>", "server"
 
     @property
     def arguments_text(self) -> str:
-        return ", ".join(f"{k}: {v}" for k, v in self.arguments.items())
+        return "; ".join(
+            f"{field_label(k)}: {human_value(v)}"
+            for k, v in self.arguments.items()
+            if v is not None and v != ""
+        )
+
+    @property
+    def outcome(self) -> str:
+        """What happened, as the badge tells it (not only the session's status): a completed
+        call whose tool reports a declined or cancelled question was declined or cancelled."""
+        if self.status == "completed":
+            return _result_outcome(self.result)
+        if self.status == "aborted":
+            if self.aborted_by == USER_ABORT:
+                return "stopped-by-you"
+            if self.aborted_by.startswith("operator"):
+                return "stopped-by-operator"
+        return self.status
+
+    @property
+    def badge(self) -> str:
+        return BADGES.get(self.outcome, self.outcome.capitalize())
+
+    @property
+    def operator_reason(self) -> str:
+        """The reason an operator gave for stopping the call ("" if none)."""
+        error = self.error or ""
+        prefix = f"Aborted by {self.aborted_by}"
+        if error.startswith(prefix):
+            error = error[len(prefix) :]
+        return error.removesuffix(" (no running worker held it)").strip(" :")
+
+    @property
+    def denial_reason(self) -> str:
+        """The reason the user gave when they denied the call ("" if none)."""
+        return (self.error or "").removeprefix("Denied by the user").strip(" :.")
+
+
+BADGES = {
+    "running": "Running",
+    "completed": "Done",
+    "declined": "Declined",
+    "cancelled": "Cancelled",
+    "incomplete": "Not done",
+    "stopped-by-you": "Stopped by you",
+    "stopped-by-operator": "Stopped by an operator",
+    "aborted": "Stopped",
+    "denied": "Denied",
+    "failed": "Failed",
+}
+_DONE_FLAGS = ("booked", "ok", "success", "done", "received", "chosen", "picked", "sent")
+
+
+def _result_outcome(result: Any) -> str:
+    """ "completed", or "declined"/"cancelled"/"incomplete" when the tool's own result says
+    it did not do its job (``{"booked": false, "reason": "seat selection declined"}``)."""
+    if not isinstance(result, Mapping):
+        return "completed"
+    if result.get("cancelled") is True:
+        return "cancelled"
+    if not any(result.get(flag) is False for flag in _DONE_FLAGS):
+        return "completed"
+    reason = str(result.get("reason") or "").lower()
+    if "declin" in reason:
+        return "declined"
+    if "cancel" in reason:
+        return "cancelled"
+    return "incomplete"
 
 
 def render_form(
@@ -98,7 +171,7 @@ def _recorded_outcome(row: ToolSession) -> tuple[str, Any, str | None]:
     """A card's status, result and error from the call's session row."""
     if row.active:
         return "running", None, None
-    if row.status == "aborted":
+    if row.status == "aborted":  # who aborted it is ``row.aborted_by``, read by the caller
         return ("denied" if row.aborted_by == DENIED_BY else "aborted"), None, row.error
     if row.status == "failed":
         return "failed", None, row.error
@@ -156,6 +229,7 @@ def transcript(
             if row is not None:
                 call.status, call.result, call.error = _recorded_outcome(row)
                 call.logs, call.progress = _recorded_notes(row)
+                call.aborted_by = row.aborted_by or ""
             elif answer is not None:
                 call.status, call.result, call.error = _unrecorded_outcome(
                     str(answer.get("content") or "")
@@ -208,6 +282,7 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         call = ToolCallView(
             event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
         )
+        call.aborted_by = event.aborted_by
         if event.status in ("running", "denied") and event.call_id not in seen:
             seen.add(event.call_id)
             return _oob("beforeend:#transcript", tool_card(call))
@@ -241,7 +316,11 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             )
         return html
     if isinstance(event, ErrorEvent):
+        words = chat_error_text(event.code, event.message)
+        if words != event.message:  # the exact text is for logs; the person reads ``words``
+            logger.info("error %s shown in words for people: %s", event.code, event.message)
         return _oob(
-            "innerHTML:#errors", render_to_string("chatbridge/error.html", {"event": event})
+            "innerHTML:#errors",
+            render_to_string("chatbridge/error.html", {"event": event, "text": words}),
         )
     return None

@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeAlias, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 
 from chatbridge.core.exceptions import ElicitValidationError
+from chatbridge.core.human import pydantic_messages
 from chatbridge.core.model_context import encode_message, with_context
 
 __all__ = [
@@ -132,7 +133,8 @@ def validate_result(
         return Accept(model.model_validate(content, context=context))
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        raise ElicitValidationError(elicit_id, model.__name__, cast(Any, errors)) from None
+        human = pydantic_messages(exc.errors(include_url=False, include_input=False), model)
+        raise ElicitValidationError(elicit_id, model.__name__, cast(Any, errors), human) from None
 
 
 @functools.cache

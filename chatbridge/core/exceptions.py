@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from chatbridge.core.human import HumanText, field_label, pydantic_messages
+
 __all__ = [
     "ChatBridgeError",
     "ClaimLost",
@@ -32,6 +34,7 @@ __all__ = [
     "field_errors_text",
     "format_errors",
     "refusal_text",
+    "technical_errors",
 ]
 
 
@@ -49,18 +52,29 @@ def format_errors(errors: Sequence[Mapping[str, Any]]) -> str:
 
 
 def field_errors_text(errors: Mapping[str, Sequence[str]]) -> str:
-    """Errors grouped by field (``__all__`` for the whole) as ``format_errors`` renders them."""
-    return "; ".join(
-        f"{'(root)' if field == '__all__' else field}: {message}"
+    """Errors grouped by field (``__all__`` for the whole) for a person: each message after
+    its field's label ("Email: Enter an email address like name@example.com")."""
+    parts = []
+    for field, messages in errors.items():
+        for message in messages:
+            label = getattr(message, "label", "") or field_label(field)
+            text = str(message).rstrip(". ")
+            parts.append(text if field == "__all__" else f"{label}: {text}")
+    return "; ".join(parts)
+
+
+def technical_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The technical text behind each message of ``errors`` (for logs and the record)."""
+    return {
+        field: [str(getattr(m, "technical", m)) for m in messages]
         for field, messages in errors.items()
-        for message in messages
-    )
+    }
 
 
 def refusal_text(detail: str) -> str:
     """What every transport tells whoever answered when it refuses the answer and asks again
     (DESIGN §9: the same answers refused with the same message)."""
-    return f"Your previous answer was not accepted: {detail}. Please try again."
+    return f"Your previous answer was not accepted. {detail}. Please try again."
 
 
 class ChatBridgeError(Exception):
@@ -139,21 +153,34 @@ class ElicitAlreadyPending(ChatBridgeError):
 class ElicitValidationError(ChatBridgeError):
     """An answer's content does not match the key's response model."""
 
-    def __init__(self, elicit_id: str, model: str, errors: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        elicit_id: str,
+        model: str,
+        errors: Sequence[Mapping[str, Any]],
+        human: Sequence[str] | None = None,
+    ) -> None:
         self.elicit_id, self.model = elicit_id, model
         self.errors = [dict(e) for e in errors]
+        # What a person reads for each error (``chatbridge.core.human``); the technical text
+        # stays in ``errors`` and in this exception's message.
+        self.human = list(human) if human is not None and len(human) == len(errors) else None
         super().__init__(
             f"Answer to {elicit_id} does not match {model}: {format_errors(self.errors)}. "
             "The elicitation is still pending; answer it again with valid content."
         )
 
     def field_errors(self) -> dict[str, list[str]]:
-        """Errors grouped by top-level field name (``__all__`` for whole-form errors)."""
+        """Errors grouped by top-level field name (``__all__`` for whole-form errors), in
+        words for a person; each message's ``technical`` attribute keeps pydantic's text."""
+        human = self.human or pydantic_messages(self.errors)
         out: dict[str, list[str]] = {}
-        for err in self.errors:
+        for err, text in zip(self.errors, human, strict=True):
             loc = err.get("loc") or ()
             field = str(loc[0]) if loc else "__all__"
-            out.setdefault(field, []).append(str(err.get("msg", "invalid")))
+            technical = str(err.get("msg", "invalid"))
+            label = getattr(text, "label", "")
+            out.setdefault(field, []).append(HumanText(str(text), technical, label))
         return out
 
 

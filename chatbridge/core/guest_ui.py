@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 
 from chatbridge.core.elicit import Accept, ElicitRequest, ElicitResult, validate_result
 from chatbridge.core.exceptions import ElicitValidationError
+from chatbridge.core.human import schema_error_message
 from chatbridge.core.model_context import CONTEXT_KEY
 from chatbridge.core.plugins import FieldErrors, PluginContext
 
@@ -35,10 +36,25 @@ def schema_errors(schema: Mapping[str, Any], data: Any) -> FieldErrors:
         if error.validator == "required" and isinstance(data, Mapping):
             for name in error.validator_value:
                 if name not in data:
-                    errors.setdefault(str(name), []).append("This field is required.")
+                    props = schema.get("properties") or {}
+                    errors.setdefault(str(name), []).append(
+                        schema_error_message(
+                            "required", True, props.get(name) or {}, str(name), error.message
+                        )
+                    )
             continue
         field = str(error.absolute_path[0]) if error.absolute_path else "__all__"
-        errors.setdefault(field, []).append(error.message)
+        # An optional field (anyOf [X, null]): X's own complaint, not "not valid under any".
+        cause = next((e for e in error.context or () if e.validator != "type"), error)
+        errors.setdefault(field, []).append(
+            schema_error_message(
+                str(cause.validator),
+                cause.validator_value,
+                cause.schema if isinstance(cause.schema, Mapping) else {},
+                "" if field == "__all__" else field,
+                error.message,
+            )
+        )
     return errors
 
 

@@ -91,6 +91,8 @@ class ToolCallEvent(_Event):
     status: Literal["running", "completed", "failed", "aborted", "denied"] = "running"
     result: Any = None
     error: str | None = None
+    # Who aborted an ``aborted`` call: "user" (their own Abort), "operator <name>", "server".
+    aborted_by: str = ""
 
 
 class ElicitStart(_Event):

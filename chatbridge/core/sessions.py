@@ -47,6 +47,7 @@ from chatbridge.core.exceptions import (
     JournalWriteFailed,
     SessionAborted,
     UrlQuestionsUnavailable,
+    technical_errors,
 )
 from chatbridge.core.journal import (
     EntryKind,
@@ -280,7 +281,8 @@ class PluginSession:
         """An answer to the open question was refused (here, or by the form that shows it)."""
         self.pending_attempts += 1
         self.pending_field_errors = errors
-        await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, data, errors))
+        record = technical_errors(errors)  # the record keeps the validators' own words
+        await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, data, record))
 
     async def expire(self) -> bool:
         """Answer the pending question with ``Cancel`` (nobody answered in time)."""

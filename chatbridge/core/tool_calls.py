@@ -40,7 +40,60 @@ from chatbridge.core.protocol import (
 )
 from chatbridge.core.sessions import PluginSession
 
-__all__ = ["ToolCallRunner"]
+__all__ = [
+    "DENIED_PREFIX",
+    "NOT_QUOTED",
+    "OPERATOR_PREFIX",
+    "USER_STOPPED_PREFIX",
+    "ToolCallRunner",
+    "stopped_message",
+]
+
+# How the tool message tells the model that a person ended the call on purpose (DESIGN §5):
+# said as it happened, so no model apologises for an error or starts the call again.
+USER_STOPPED_PREFIX = "Stopped by the user:"
+DENIED_PREFIX = "Denied by the user:"
+OPERATOR_PREFIX = "Stopped by an operator:"
+USER_ABORT = "user"  # ``PluginSession.aborted_by`` of the chat's Abort
+# The exception's text is for logs and the admin: a model is asked not to quote it to people.
+NOT_QUOTED = " (Tell the user in plain words that it did not work; do not quote this error.)"
+_DEFAULT_REASONS = ("aborted by the user", "denied by the user", "denied by the user.")
+
+
+def _reason(reason: str, *prefixes: str) -> str:
+    for prefix in prefixes:
+        if reason.lower().startswith(prefix.lower()):
+            reason = reason[len(prefix) :]
+    reason = reason.strip(" :.")
+    return "" if reason.lower() in _DEFAULT_REASONS else reason
+
+
+def stopped_message(by: str, reason: str) -> str:
+    """The tool message for a call a person ended: the user's own Abort, their denial, or an
+    operator's abort (never to be undone by the model); any other abort is an error."""
+    if by == USER_ABORT:
+        why = _reason(reason)
+        return (
+            f"{USER_STOPPED_PREFIX} the user stopped this tool call themselves"
+            + (f" (their reason: {why})" if why else "")
+            + ". Do not retry unless they ask."
+        )
+    if by == DENIED_BY:
+        why = _reason(reason, "Denied by the user")
+        return (
+            f"{DENIED_PREFIX} the user did not allow this tool call"
+            + (f" (their reason: {why})" if why else "")
+            + ". Do not retry unless they ask."
+        )
+    if by.startswith("operator"):
+        why = _reason(reason, f"Aborted by {by}")
+        return (
+            f"{OPERATOR_PREFIX} an operator ended this tool call on purpose"
+            + (f" (their reason: {why})" if why else "")
+            + ". Do not retry it; tell the user it was stopped."
+        )
+    return f"Error: The tool call was aborted: {reason}"
+
 
 logger = logging.getLogger("chatbridge.engine")
 
@@ -180,17 +233,16 @@ class ToolCallRunner:
                 await self.sink(
                     conv.id, started.model_copy(update={"status": "failed", "error": event.error})
                 )
-                return f"Error: The tool failed: {event.error}"
+                return f"Error: The tool failed: {event.error}{NOT_QUOTED}"
             elif session.aborted_by == DENIED_BY:
                 denied = {"status": "denied", "error": event.reason}
                 await self.sink(conv.id, started.model_copy(update=denied))
-                why = event.reason.removeprefix("Denied by the user")
-                return f"Error: The user denied this tool call{why}"
+                return stopped_message(DENIED_BY, event.reason)
             else:
-                await self.sink(
-                    conv.id, started.model_copy(update={"status": "aborted", "error": event.reason})
-                )
-                return f"Error: The tool call was aborted: {event.reason}"
+                by = session.aborted_by or ""
+                aborted = {"status": "aborted", "error": event.reason, "aborted_by": by}
+                await self.sink(conv.id, started.model_copy(update=aborted))
+                return stopped_message(by, event.reason)
 
     async def _answer(
         self,

@@ -2,7 +2,9 @@ r"""What the offline model says: a small, deterministic reader of conversations.
 
 It picks a tool whose name the user's words contain ("book a flight" → ``book_flight``), fills
 the arguments from the tool's JSON Schema ("from JFK to LAX", ``name: value``), summarises tool
-results, retries a lost session once and apologises for other tool errors. Without tools on
+results, retries a lost session once (only on the system's own marker), says plainly when the
+user stopped or denied a call or an operator stopped it (never retrying those), and apologises
+for other tool errors without quoting them. Without tools on
 offer (``ctx.sample``) it writes one short deterministic answer to the prompt.
 
 Everything here runs synchronously on the server's event loop, on text any visitor can send, so
@@ -40,7 +42,12 @@ _STOP_WORDS = frozenset(
 )
 _SENTENCE_ENDS = frozenset(".!?")
 _LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # as str.splitlines()
-_RETRYABLE = ("session was lost", "please retry")
+# Only the system's own marker of a lost session (LOST_SESSION_MESSAGE) is retried: words in
+# a reason a person typed ("please retry") never start a call again.
+_LOST_SESSION = "error: plugin session was lost"
+_USER_STOPPED = "stopped by the user:"
+_DENIED = "denied by the user:"
+_OPERATOR = "stopped by an operator:"
 _TIPS = (
     "Arrive two hours before departure at {s}; security lines peak in the early morning.",
     "At {s}, keep your boarding pass on your phone and check the gate again after security.",
@@ -353,26 +360,68 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
     return calls
 
 
+def _gerund(verb: str) -> str:
+    if verb.endswith("e") and not verb.endswith("ee"):
+        return verb[:-1] + "ing"
+    return verb + "ing"
+
+
+def _doing(name: str, *, gerund: bool) -> str:
+    """``book_flight`` → "booking the flight" (or "book the flight")."""
+    words = [w for w in re.split(r"[_\-\s]+", name) if w]
+    if len(words) < 2:
+        return f"the {' '.join(words) or 'tool'}"
+    verb = _gerund(words[0]) if gerund else words[0]
+    return f"{verb} the {' '.join(words[1:])}"
+
+
+def _their_reason(content: str) -> str:
+    start = content.find("(their reason: ")
+    end = content.rfind(")")
+    if start < 0 or end <= start:
+        return ""
+    return content[start + len("(their reason: ") : end]
+
+
 def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
     last = messages[-1]
     content = _text_of(last)
     call = _calls_by_id(messages).get(str(last.get("tool_call_id")))
-    name = call.name if call else "the tool"
-    if not content.lower().startswith("error"):
+    name = call.name if call else "tool"
+    folded = content[:40].lower()
+    if folded.startswith(_USER_STOPPED):
+        return Reply(
+            f"OK, I stopped {_doing(name, gerund=True)} as you asked. "
+            "Tell me if you want to start again."
+        )
+    if folded.startswith(_DENIED):
+        return Reply(
+            f"OK, I did not {_doing(name, gerund=False)}, as you asked. "
+            "Tell me if you change your mind."
+        )
+    if folded.startswith(_OPERATOR):
+        why = _their_reason(content)[:300]
+        return Reply(
+            f"An operator stopped {_doing(name, gerund=True)}"
+            + (f" (their reason: {why})" if why else "")
+            + ". I won't start it again by myself; ask me if you still need it."
+        )
+    if not folded.startswith("error"):
         return Reply(_summarise(name, content))
     since_user = 0
     for message in reversed(messages):
         if message.get("role") == "user":
             break
         since_user += sum(1 for c in message.get("tool_calls") or () if c)
-    retryable = any(marker in content.lower() for marker in _RETRYABLE)
+    retryable = folded.startswith(_LOST_SESSION)
     offered = call is not None and any(_tool_name(t) == call.name for t in tools)
     if call is not None and retryable and offered and since_user < 2:
         retry = ToolCall(f"call_{_digest(messages)[:24]}", call.name, call.arguments)
         return Reply(f"The {name.replace('_', ' ')} session was lost; trying again.", [retry])
-    detail = content.split("\n", 1)[0][:300]
+    # The error's text is for logs and the admin, never quoted to the user.
     return Reply(
-        f"Sorry, {name.replace('_', ' ')} did not work: {detail} You can try again or rephrase."
+        f"Sorry, {_doing(name, gerund=True)} did not work because of a problem on our side. "
+        "You can try again or rephrase."
     )
 
 

@@ -46,7 +46,7 @@ from chatbridge.core.events import SessionEvent
 from chatbridge.core.exceptions import (
     ElicitNotPending,
     ElicitValidationError,
-    format_errors,
+    field_errors_text,
     refusal_text,
 )
 from chatbridge.core.model_context import CONTEXT_KEY, encode_message, with_context
@@ -79,7 +79,7 @@ class ClientGone(Exception):  # noqa: N818 - names what happened, like Connectio
 
 
 def errors_text(exc: ElicitValidationError) -> str:
-    return refusal_text(format_errors(exc.errors))
+    return refusal_text(field_errors_text(exc.field_errors()))
 
 
 def wire_request(

@@ -16,6 +16,10 @@
     target.focus({ preventScroll: false });
   }
 
-  document.addEventListener("htmx:oobAfterSwap", function (event) { focusMarked(event.detail.target); });
+  // An out-of-band swap's detail.target is the element it replaced (detached after an outerHTML
+  // swap); the event itself fires on the new content.
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    focusMarked(event.target instanceof Element && event.target.isConnected ? event.target : event.detail.target);
+  });
   document.addEventListener("htmx:afterSwap", function (event) { focusMarked(event.detail.target); });
 })();
