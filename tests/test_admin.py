@@ -587,3 +587,36 @@ def test_a_session_no_worker_holds_is_marked_aborted_with_its_reason() -> None:
     assert "Aborted by: operator ops" in page and "Aborted: " in page
     live = ToolSession.objects.get(pk="call_live")
     assert (live.status, live.pending_key, live.pending_schema) == ("aborted", "", None)
+
+
+def test_the_model_is_told_of_an_abort_no_worker_could_deliver_and_does_not_retry() -> None:
+    """The reason "please retry" is the operator's, not the system's: the call stays stopped."""
+    from chatbridge.chat.store import _messages
+    from chatbridge.llm.planner import plan_reply
+
+    seed_rows()
+    live = ToolSession.objects.get(pk="call_live")
+    assert live.conversation is not None
+    Message.objects.create(
+        id="m-live",
+        conversation=live.conversation,
+        seq=10,
+        role="assistant",
+        tool_calls=[
+            {
+                "id": "call_live",
+                "type": "function",
+                "function": {"name": live.tool_name, "arguments": "{}"},
+            }
+        ],
+    )
+    staff_client().post(f"{CHANGELIST}call_live/abort/", {"reason": "please retry later"})
+    messages = _messages(str(live.conversation.pk))
+    told = [m for m in messages if m.get("tool_call_id") == "call_live"]
+    assert [m["content"] for m in told] == [
+        "Stopped by an operator: an operator ended this tool call on purpose (their reason: "
+        "please retry later). Do not retry it; tell the user it was stopped."
+    ]
+    tools = [{"type": "function", "function": {"name": live.tool_name, "parameters": {}}}]
+    reply = plan_reply(messages, tools)
+    assert not reply.tool_calls, reply

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, FINAL_PHASE, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, FINAL_PHASE, Message, ToolSession
+from chatbridge.chat.store import _append
 from chatbridge.chat.workers import broadcast_abort
+from chatbridge.core.tool_calls import stopped_message
 
 __all__ = ["DEFAULT_ABORT_REASON", "OPERATOR_PREFIX", "abort_tool_session", "operator_reason"]
 
@@ -63,4 +67,21 @@ def abort_tool_session(
         pending_schema=None,
         pending_since=None,
     )
+    _tell_the_model(session, by, message)
     return f"Session {session.id} was held by no running worker; marked aborted."
+
+
+def _tell_the_model(session: ToolSession, by: str, message: str) -> None:
+    """The chat call's tool message, written here because no worker will write it: without
+    it the next turn would find the call lost and the model might start it again."""
+    if session.conversation_id is None:
+        return
+    answered = Message.objects.filter(
+        conversation_id=session.conversation_id, role="tool", tool_call_id=session.id
+    ).exists()
+    if not answered:
+        _append(
+            str(session.conversation_id),
+            uuid.uuid4().hex,
+            {"role": "tool", "tool_call_id": session.id, "content": stopped_message(by, message)},
+        )
