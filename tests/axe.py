@@ -6,7 +6,9 @@ document's own scripts run (Playwright's init scripts go through the DevTools pr
 guest UIs' strict Content-Security-Policy and sandbox do not stop it). ``check`` then runs axe
 in each frame of the page on its own (a sandboxed guest has an opaque origin, which axe's
 frame messaging would refuse) and fails listing every violation of impact serious or moderate:
-rule id, impact, help text and the nodes it found, by frame.
+rule id, impact, help text and the nodes it found, by frame. The experimental rule
+label-content-name-mismatch (a control's accessible name must contain its visible text) is
+switched on as well.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ RUN = """async () => {
   if (!window.axe) { return null; }
   const result = await window.axe.run(document, {
     resultTypes: ["violations"], iframes: false,
+    rules: { "label-content-name-mismatch": { enabled: true } },
   });
   return result.violations.map((v) => ({
     id: v.id, impact: v.impact, help: v.help,

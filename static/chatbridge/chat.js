@@ -16,6 +16,8 @@
     target.focus({ preventScroll: false });
   }
 
-  document.addEventListener("htmx:oobAfterSwap", function (event) { focusMarked(event.detail.target); });
+  /* An out-of-band swap reports the new content as the event's target (its detail.target is
+   * the element replaced, detached after an outerHTML swap). */
+  document.addEventListener("htmx:oobAfterSwap", function (event) { focusMarked(event.target); });
   document.addEventListener("htmx:afterSwap", function (event) { focusMarked(event.detail.target); });
 })();
