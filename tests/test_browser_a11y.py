@@ -143,9 +143,20 @@ async def test_booking_by_keyboard_with_axe_at_each_step(
     await tab.close()
 
     await expect_confirmation(page, seat)
+    # The booking is done: focus goes to its confirmation, not back to the top of the page.
+    await expect(page.get_by_role("heading", name="Booking confirmed")).to_be_focused()
     await check(page, "booking confirmation")
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=ARTIFACTS / f"a11y-confirmation-{scheme}.png", full_page=True)
+    # After a reload, the old confirmation does not take the focus from the composer when the
+    # next reply arrives.
+    await page.reload()
+    box = page.get_by_role("textbox", name="Message")
+    await expect(box).to_be_focused()
+    await send(page, "Hello")
+    await expect(page.locator("article.msg.assistant")).to_have_count(2, timeout=15000)
+    await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
+    await expect(box).to_be_focused()
     await page.context.close()
 
 
@@ -162,6 +173,7 @@ async def test_forms_cards_picker_and_pages_with_axe(
     await approve.click()
     topic = page.get_by_label("Topic")
     await expect(topic).to_be_visible(timeout=15000)
+    await expect(question(page, "Tell us what you think")).to_be_focused()  # not lost after Approve
     await check(page, "feedback form")
 
     # A server-side refusal: errors and help are tied to their fields, and the required Topic
@@ -174,6 +186,7 @@ async def test_forms_cards_picker_and_pages_with_axe(
     await page.locator(".auto-form-submit").click()
     name = page.get_by_label("Your name")
     await expect(name).to_have_attribute("aria-invalid", "true", timeout=15000)
+    await expect(name).to_be_focused()  # the first refused field
     await expect(name).to_have_accessible_description(re.compile("at least 2 characters"))
     rating = page.get_by_label("Rating")
     await expect(rating).to_have_accessible_description(re.compile(r"1 \(poor\) to 5 \(great\)"))
