@@ -102,6 +102,8 @@ async def test_booking_by_keyboard_with_axe_at_each_step(
            return {bg: s.backgroundColor, other: o.backgroundColor, ring: s.outlineStyle}; }"""
     )
     assert looks["bg"] == looks["other"] and looks["ring"] == "solid", looks
+    ARTIFACTS.mkdir(exist_ok=True)
+    await grid.screenshot(path=ARTIFACTS / f"a11y-seat-focus-{scheme}.png")
     await page.keyboard.press("ArrowRight")
     await expect(page.get_by_role("button", name=free[1], exact=True)).to_be_focused()
     await page.keyboard.press("ArrowLeft")
