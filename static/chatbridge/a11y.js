@@ -73,6 +73,33 @@
     move(container, current, to);
   });
 
+  /* Focus is never dropped to the top of the page: when the control that had it is swapped
+   * away (an answered question, an approved call) and nothing marked data-autofocus took it,
+   * it goes to the tool card the control belonged to (an approval's card leads to its call's
+   * card). A person who clicks away from a control on purpose keeps that choice. */
+  var lastCard = null;
+  function cardOf(element) {
+    var card = element && element.closest && element.closest(".tool-card[id], .approval-card[id]");
+    if (!card) { return null; }
+    return card.id.indexOf("approval-") === 0 ? "tool-" + card.id.slice("approval-".length) : card.id;
+  }
+  document.addEventListener("focusin", function (event) { lastCard = cardOf(event.target); });
+  document.addEventListener("focusout", function (event) {
+    var left = event.target;
+    setTimeout(function () {  /* still in the page: blurred on purpose, not swapped away */
+      if (left.isConnected && (!document.activeElement || document.activeElement === document.body)) { lastCard = null; }
+    }, 0);
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var active = document.activeElement;
+    if (!lastCard || (active && active !== document.body)) { return; }
+    if (document.querySelector("dialog[open]")) { return; }
+    var card = document.getElementById(lastCard);
+    if (!card) { return; }
+    if (!card.hasAttribute("tabindex")) { card.setAttribute("tabindex", "-1"); }
+    card.focus({ preventScroll: true });
+  });
+
   /* A click or a focus by other means (a pointer) makes that button the container's Tab stop. */
   document.addEventListener("focusin", function (event) {
     var current = event.target;
