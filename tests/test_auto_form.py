@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.template.loader import render_to_string
@@ -133,3 +134,31 @@ async def test_the_form_renders_validates_and_keeps_what_was_typed() -> None:
         assert message in second, message
     assert "String should" not in second  # pydantic's words stay in the record and the logs
     assert 'value="9"' in second and 'value="phone" checked' in second  # input kept
+
+
+async def test_a_refused_form_keeps_an_empty_required_select_empty_and_links_its_errors() -> None:
+    """Defect 6: after a server-side refusal the required Topic left empty showed (and sent)
+    its first choice, "bug". Help and errors are tied to their inputs."""
+    request = ElicitRequest.build(
+        ElicitId("send_feedback", "feedback", "c2", 1), Feedback, "Tell us", {}, {}, None
+    )
+    # The browser posts the empty choice of a select as "".
+    surface = Scripted(
+        FormPost("accept", {**VALID, "topic": "", "name": "x"}), FormPost("cancel", {})
+    )
+    await auto_form(request, PluginContext(request, surface))
+    first, second = surface.pages
+    for html in (first, second):
+        select = re.search(r'<select id="af-c2-topic"[^>]*>(.*?)</select>', html, re.S)
+        assert select is not None
+        options = re.findall(r"<option ([^>]*)>", select.group(1))
+        assert options[0].startswith('value=""'), options  # the empty choice is there
+        assert not any("selected" in o for o in options[1:]), options
+    assert re.search(r'<select id="af-c2-topic"[^>]*aria-invalid="true"', second)
+    name = re.search(r'<input id="af-c2-name"[^>]*>', second)
+    assert name is not None and 'aria-invalid="true"' in name.group(0)
+    assert 'aria-describedby="af-c2-name-error"' in name.group(0)
+    assert 'id="af-c2-name-error"' in second
+    rating = re.search(r'<input id="af-c2-rating"[^>]*>', first)
+    assert rating is not None and 'aria-describedby="af-c2-rating-help"' in rating.group(0)
+    assert '<p class="help" id="af-c2-rating-help">' in first

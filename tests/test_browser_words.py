@@ -33,7 +33,8 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     await expect(email_error).to_have_text(
         "Email: Enter an email address like name@example.com", timeout=15000
     )
-    await expect(email_error).to_be_focused()
+    # focus on the refused field, which names its error (aria-describedby)
+    await expect(page.get_by_role("textbox", name="Email")).to_be_focused()
     field = page.locator(".form-field", has=page.get_by_role("textbox", name="Email"))
     await expect(field.get_by_role("alert")).to_have_count(1)  # beside its own field
     await expect(page.locator(".elicit-card")).not_to_contain_text("pattern")

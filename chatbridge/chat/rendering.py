@@ -146,6 +146,7 @@ def render_form(
             "headline": request.message.split("\n\n", 1)[0],
             "body": mark_safe(body),  # noqa: S308 - rendered by an autoescaping template
             "form_errors": errors.get("__all__", []),
+            "refused": bool(errors),  # focus goes to the error, else to the question
         },
     )
 

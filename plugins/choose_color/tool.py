@@ -1,7 +1,9 @@
 """choose_color: the colour picker guest UI asks; the host validates; the tool gets a colour.
 
 The picker is an MCP App (``ui://color-picker``): it reads the default colour and theme from
-the call's arguments (``ui/notifications/tool-input``) and the question from the host. The same
+the call's arguments (``ui/notifications/tool-input``) and the question from the host; without
+a theme in the arguments it follows the host's (``hostContext.theme``, the chat's colour
+scheme). The same
 two values are the question's context, so form-only MCP clients see them too
 (``x-model-context``).
 """
@@ -23,7 +25,9 @@ class ColorParams(BaseModel):
     default_color: str = Field(
         "#3b82f6", pattern=r"^#[0-9a-fA-F]{6}$", description="Preselected colour"
     )
-    theme: Literal["light", "dark"] = Field("light", description="Theme of the picker")
+    theme: Literal["light", "dark"] | None = Field(
+        None, description="Theme of the picker (by default the chat's own)"
+    )
 
 
 class ColorChoice(BaseModel):
@@ -37,7 +41,7 @@ async def run(params: ColorParams, ctx: ToolContext) -> dict[str, Any]:
         message="Please select a color for your theme",
         ui={"uri": PICKER, "mode": "modal"},
         default_color=params.default_color,
-        theme=params.theme,
+        **({"theme": params.theme} if params.theme else {}),
     )
     if not answer.accepted:
         return {"chosen": False, "reason": answer.action}

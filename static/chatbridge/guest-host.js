@@ -6,7 +6,13 @@
  *   View → host: ui/initialize (→ hostContext: theme, toolInfo), ui/notifications/initialized,
  *     tools/call _ui_question (→ the open question, the last refusal), tools/call _ui_answer
  *     (relayed through the question's form), ping.
- *   host → View: ui/notifications/tool-input (the call's arguments) after initialized.
+ *   host → View: ui/notifications/tool-input (the call's arguments) after initialized;
+ *     ui/notifications/host-context-changed (theme) when the page's colour scheme changes.
+ *   View → host: ui/notifications/request-teardown (Esc in the view): a modal picker's dialog
+ *     closes and focus returns to its "Open the picker again" button, as Esc on the page does.
+ *   View → host: ui/notifications/size-changed {height}: the frame takes that height (within
+ *     the window), so nothing in the view is cut off.
+ *   The theme is the page's (prefers-color-scheme) unless the question's context names one.
  * Seed 004 (DESIGN §7), the rich-elicitation messages:
  *   guest → host: ui-lifecycle-iframe-ready (as {type} or {method}); ui/submit-elicitation
  *     {action: accept|decline|cancel, content} (relayed through the question's form).
@@ -52,17 +58,25 @@
     return {
       message: asked.message,
       schema: asked.schema,
-      context: asked.context,
+      context: Object.assign({}, asked.context, { theme: theme(card) }),
       error: asked.error,
       errors: readJson(card, 3) || {},
       submitted: asked.submitted
     };
   }
 
-  function hostContext(card) {
+  var darkScheme = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+
+  /* The theme the guest should use: the question's own, else the page's colour scheme. */
+  function theme(card) {
     var context = readJson(card, 2) || {};
+    if (context.theme === "dark" || context.theme === "light") { return context.theme; }
+    return darkScheme && darkScheme.matches ? "dark" : "light";
+  }
+
+  function hostContext(card) {
     return {
-      theme: context.theme === "dark" ? "dark" : "light",
+      theme: theme(card),
       displayMode: "inline",
       availableDisplayModes: ["inline"],
       platform: "web",
@@ -77,7 +91,26 @@
     var dialog = card.querySelector("dialog.guest-dialog");
     if (dialog && !dialog.open && dialog.showModal) { dialog.showModal(); }
     var reopen = card.querySelector(".guest-open");
-    if (reopen && dialog) { reopen.addEventListener("click", function () { if (!dialog.open) { dialog.showModal(); } }); }
+    if (reopen && dialog) {
+      reopen.addEventListener("click", function () { if (!dialog.open) { dialog.showModal(); } });
+      /* However it closes (Esc on the page, Esc in the guest), focus goes back to the button
+       * that opens it again. */
+      dialog.addEventListener("close", function () { if (reopen.isConnected) { reopen.focus(); } });
+    }
+  }
+
+  /* The frame grows to the height its view reports (a long refusal must not push the view's
+   * buttons out of sight), within the window; past that the view scrolls. */
+  function fit(frame, height) {
+    if (typeof height !== "number" || !isFinite(height) || height <= 0) { return; }
+    var room = Math.floor(window.innerHeight * 0.85) - 32;
+    var base = parseFloat(getComputedStyle(frame).minHeight) || 0;
+    frame.style.height = Math.max(base, Math.min(Math.ceil(height) + 2, room)) + "px";
+  }
+
+  function closeDialog(card) {
+    var dialog = card.querySelector("dialog.guest-dialog");
+    if (dialog && dialog.open) { dialog.close(); }
   }
 
   function relay(card, args) {
@@ -112,6 +145,12 @@
         return;
       case "ping":
         reply({});
+        return;
+      case "ui/notifications/size-changed":
+        fit(frame, params.height);
+        return;
+      case "ui/notifications/request-teardown":
+        closeDialog(card);  /* the view stays loaded: the picker can be opened again */
         return;
       case "tools/call":
         if (params.name === "_ui_question") { reply(question(card)); return; }
@@ -157,6 +196,18 @@
     }
     /* Anything else (another window, a stale iframe) is ignored. */
   });
+
+  if (darkScheme && darkScheme.addEventListener) {
+    darkScheme.addEventListener("change", function () {
+      document.querySelectorAll(".guest-ui").forEach(function (card) {
+        var frame = card.querySelector("iframe.guest-frame");
+        if (!frame || !frame.contentWindow) { return; }
+        frame.contentWindow.postMessage({
+          jsonrpc: "2.0", method: "ui/notifications/host-context-changed", params: { theme: theme(card) }
+        }, "*");
+      });
+    });
+  }
 
   function scan() { document.querySelectorAll(".guest-ui").forEach(setUp); }
   document.addEventListener("DOMContentLoaded", scan);
