@@ -19,6 +19,11 @@ class Conversation(models.Model):
         max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
     )
     turn_expires = models.DateTimeField(null=True, blank=True)
+    queue = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="messages sent while a turn ran, in order: each starts the next turn",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
