@@ -94,7 +94,9 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     await expect(page.get_by_role("link", name=BOOK)).to_have_attribute("aria-current", "page")
     first = search_flights("JFK", "LAX")[0]
     select = page.get_by_role("button", name=f"Select {first.airline} {first.number}")
-    await expect(select).to_be_focused()  # focus moves to the new form
+    # Focus moves to the new question's heading (never to a committing control).
+    await expect(page.locator(".elicit-card .elicit-message")).to_be_focused()
+    await expect(select).not_to_be_focused()
     card = page.locator("li.flight-card").first
     for text in (first.airline, first.number, first.departs, first.duration, f"${first.price_usd}"):
         await expect(card).to_contain_text(text)
@@ -105,7 +107,7 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     seat = first_free(flight_id)
     free = page.get_by_role("button", name=seat, exact=True)
     await expect(free).to_be_enabled()
-    await expect(free).to_be_focused()  # the first free seat takes the focus
+    await expect(page.locator(".elicit-card .elicit-message")).to_be_focused()
     await expect(page.locator(".exit-row").first).to_contain_text("Exit")
     await expect(page.locator("progress").first).to_be_visible()
     await free.click()
