@@ -156,6 +156,23 @@ async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(
     await expect(page).to_have_title(f"{BOOK} · ChatBridge")
     await expect(composer(page)).to_be_focused()  # the turn ended: back to the composer
 
+    # After Approve the focus goes to the tool's card (then to its question, once it asks).
+    await page.evaluate(
+        "window.focused = []; document.addEventListener('focusin', "
+        "e => window.focused.push(e.target.id || e.target.className))"
+    )
+    await say(page, "Send feedback", 2)
+    approve = page.get_by_role("button", name="Approve send_feedback")
+    await expect(approve).to_be_visible(timeout=15000)
+    await expect(page.locator("#announcer")).to_have_text("A tool needs your approval.")
+    await expect(page).to_have_title(f"Your answer is needed · {BOOK} · ChatBridge")
+    await approve.click()
+    feedback = page.locator("article.tool-card").last
+    await expect(feedback.locator(".elicit-message")).to_be_focused(timeout=15000)
+    focused = await page.evaluate("window.focused")
+    card = await feedback.get_attribute("id")
+    assert card in focused and focused.index(card) < len(focused) - 1, focused
+
 
 async def test_stop_the_reply_and_the_length_limit(browser: Browser, slow_server: str) -> None:
     page = await open_chat(browser, slow_server)
