@@ -112,6 +112,7 @@ async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(
     choice = page.get_by_role("group", name=re.compile("A question above is waiting"))
     await expect(choice).to_be_visible()
     await box.press("Enter")  # not sent, not lost
+    await page.screenshot(path=ARTIFACTS / "live-question-open.png")
     await expect(box).to_have_value("And a hotel in LA, please")
     await expect(page.locator("#transcript article.msg.user")).to_have_count(1)
     await choice.get_by_role("button", name="Answer first").click()
@@ -133,6 +134,7 @@ async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(
     queued = page.locator("#queued article.msg.queued")
     await expect(queued).to_contain_text("And a hotel in LA, please")
     await expect(queued).to_contain_text("Queued")
+    await page.screenshot(path=ARTIFACTS / "live-queued.png")
     await expect(box).to_have_value("")
     await expect(box).to_be_focused()
 
@@ -188,6 +190,7 @@ async def test_stop_the_reply_and_the_length_limit(browser: Browser, slow_server
     await expect(stop_button).to_be_hidden()
     await expect(box).to_be_focused()
     await expect(page.locator("#announcer")).to_have_text("The reply was stopped.")
+    await page.screenshot(path=ARTIFACTS / "live-stopped.png")
     shown = (await reply.locator(".bubble").inner_text()).strip()
     assert shown.startswith(HELP_START[:10]) and "Ask in your own words" not in shown, shown
     await page.reload()  # what the user saw is the reply on record (the model's history)

@@ -210,6 +210,8 @@
     // A reply is being written: the message waits for it (shown as queued until it starts).
     if (s.running) queued = true;
     if (pending && pending.text === text) { event.preventDefault(); return; } // sent already
+    following = true; // a person who sends wants to see their message and what follows
+    anchor = null;
     pending = { id: newId(), text: text };
     pending.timer = setTimeout(function () { pending = null; }, 15000); // no echo: may resend
     event.detail.parameters.client_id = pending.id;
