@@ -195,6 +195,7 @@ async def test_stop_the_reply_and_the_length_limit(browser: Browser, slow_server
     assert shown.startswith(HELP_START[:10]) and "Ask in your own words" not in shown, shown
     await page.reload()  # what the user saw is the reply on record (the model's history)
     await expect(page.locator("#transcript article.msg.assistant .bubble")).to_have_text(shown)
+    await expect(reply).to_contain_text("Stopped")  # still marked
 
     # Near the limit the composer counts down; over it, it refuses instead of cutting.
     await box.fill("x" * 3600)

@@ -151,7 +151,8 @@ async def test_stop_keeps_what_was_shown_as_the_reply(
     shown = "".join(e.delta for e in events if e.type == "assistant_delta")
     assert final.stopped is True
     assert final.content == shown and shown
-    assert store.messages_by_conv["conv"][-1] == {"role": "assistant", "content": shown}
+    stored = store.messages_by_conv["conv"][-1]
+    assert stored == {"role": "assistant", "content": shown, "stopped": True}
     assert len(shown.split()) < 20  # the offline help is much longer: it was cut short
 
 

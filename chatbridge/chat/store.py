@@ -62,6 +62,7 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
             content=message.get("content") or "",
             tool_calls=message.get("tool_calls"),
             tool_call_id=message.get("tool_call_id") or "",
+            stopped=bool(message.get("stopped")),  # not part of what the model reads
         )
         if message["role"] == "user" and last == 0:
             text = " ".join(str(message.get("content") or "").split())

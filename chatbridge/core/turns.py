@@ -281,7 +281,10 @@ class Turns:
             return None
         reply.tool_calls = [_own_id(call) for call in reply.tool_calls]
         if reply.text or reply.tool_calls:  # a reply stopped before any text is no message
-            await self.hub.store.append(conv.id, message_id, reply.to_message())
+            message = reply.to_message()
+            if stopped:  # for the page; a store gives the model only role and content
+                message["stopped"] = True
+            await self.hub.store.append(conv.id, message_id, message)
         if reply.text or stopped:
             await self.hub.sink(
                 conv.id,

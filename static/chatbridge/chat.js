@@ -287,6 +287,14 @@
   }
 
   // ---- watching what arrives ---------------------------------------------------------------
+  function markStopped(article) {
+    if (article.querySelector(".msg-note")) return;
+    var stopped = document.createElement("p");
+    stopped.className = "msg-note";
+    stopped.textContent = "Stopped";
+    article.appendChild(stopped);
+  }
+
   function arrived(node) {
     if (node.nodeType !== 1) return;
     if (node.closest("#errors") && pending) { // refused: the text stays, and may be sent again
@@ -302,10 +310,7 @@
       announce("Your message is queued; it is sent when the current reply ends.");
     } else if (node.matches("article.msg.assistant") && !node.querySelector(".streaming")) {
       if (node.hasAttribute("data-stopped")) {
-        var stopped = document.createElement("p");
-        stopped.className = "msg-note";
-        stopped.textContent = "Stopped";
-        node.appendChild(stopped);
+        markStopped(node);
         announce("The reply was stopped.");
       } else {
         announce("The assistant replied.");
@@ -344,6 +349,7 @@
 
   // ---- on load: at the latest message, the composer ready ------------------------------------
   if ("scrollRestoration" in history) history.scrollRestoration = "manual";
+  transcript.querySelectorAll("article.msg[data-stopped]").forEach(markStopped);
   grow();
   updateComposer();
   retitle();
