@@ -87,13 +87,26 @@ async def test_the_transcript_follows_and_a_reload_opens_at_the_latest(
     await page.wait_for_function(AT_BOTTOM)
     await expect(jump).to_be_hidden()
     await expect(box).to_be_focused()
-    await other.close()
 
     # A reload opens at the latest message.
     await page.reload()
     await expect(page.locator("#transcript article.msg.assistant")).to_have_count(5)
     await page.wait_for_function(AT_BOTTOM)
     await expect(page.locator("#transcript article.msg").last).to_be_in_viewport()
+
+    # A question arriving while the person types (asked from the other tab) does not take the
+    # focus from the composer, whatever the question's own form would focus; the title says it.
+    await composer(page).fill("half a thought")
+    await composer(page).focus()
+    await other.get_by_role("textbox", name="Message").fill(BOOK)
+    await other.get_by_role("textbox", name="Message").press("Enter")
+    await expect(page.locator(".elicit-card")).to_be_visible(timeout=15000)
+    await expect(page).to_have_title("Your answer is needed · hello · ChatBridge")
+    await expect(composer(page)).to_be_focused()
+    await expect(composer(page)).to_have_value("half a thought")
+    await other.get_by_role("button", name="Cancel").click()
+    await expect(page).to_have_title("hello · ChatBridge", timeout=15000)
+    await other.close()
 
 
 async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(

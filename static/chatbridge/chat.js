@@ -48,6 +48,15 @@
     });
   }).observe(document.documentElement, { childList: true, subtree: true });
 
+  // A fragment's own autofocus (htmx focuses [autofocus] as it swaps) must not take the focus
+  // from a person typing in the composer either: it goes back once the message is swapped in.
+  var typingBefore = false;
+  document.addEventListener("htmx:wsBeforeMessage", function () { typingBefore = typing(); });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    if (typingBefore && document.activeElement !== box) box.focus({ preventScroll: true });
+    typingBefore = false;
+  });
+
   // ---- the chat page only from here on ----------------------------------------------------
   var main = document.querySelector("main.chat[data-conversation]");
   if (!main) return;
