@@ -112,9 +112,12 @@
     if (following) { showJump(false); anchor = null; }
   }, { passive: true });
   // A person scrolling up stops the following at once (before any scroll event settles).
-  window.addEventListener("wheel", function (event) { if (event.deltaY < 0) following = false; }, { passive: true });
+  window.addEventListener("wheel", function (event) {
+    if (event.deltaY < 0 && bottom() > 0) following = false;
+  }, { passive: true });
   window.addEventListener("keydown", function (event) {
-    if (/^(PageUp|Home|ArrowUp)$/.test(event.key) && !event.target.closest("textarea, input, select, [role=grid], .seat-grid")) following = false;
+    var inside = event.target.closest && event.target.closest("textarea, input, select, [role=grid], .seat-grid");
+    if (/^(PageUp|Home|ArrowUp)$/.test(event.key) && !inside && bottom() > 0) following = false;
   });
 
   jump.addEventListener("click", function () {
@@ -147,6 +150,7 @@
   }
 
   var pending = null; // {id, text}: sent, not echoed yet
+  var stopTimer = null;
   var queueNext = false; // "Send anyway" was chosen for the next send
 
   function updateComposer() {
@@ -170,7 +174,10 @@
         "(it is sent when the current reply ends), or answer first.";
     }
     choice.hidden = !waiting;
-    stopButton.hidden = s.phase !== "streaming";
+    // Stop shows while a reply is being written, once it takes a moment (no flicker).
+    clearTimeout(stopTimer);
+    if (s.phase !== "streaming") stopButton.hidden = true;
+    else if (stopButton.hidden) stopTimer = setTimeout(function () { stopButton.hidden = state().phase !== "streaming"; }, 300);
   }
 
   function saveDraft() {
@@ -342,19 +349,16 @@
       if (composer.contains(record.target) || announcer.contains(record.target)) return;
       changed = true;
     });
-    if (document.getElementById("chat-status") && records.some(function (r) {
-      return r.target.id === "chat-status" || Array.prototype.some.call(r.addedNodes, function (n) { return n.id === "chat-status"; });
-    })) afterState();
-    if (records.some(function (r) {
-      return Array.prototype.some.call(r.addedNodes, function (n) { return n.id === "chat-title"; });
-    })) retitle();
+    var added = function (id) {
+      return records.some(function (r) {
+        return Array.prototype.some.call(r.addedNodes, function (n) { return n.id === id; });
+      });
+    };
+    // A new state, or the approvals redrawn after Approve or Deny (focus to the tool card).
+    if (added("chat-status") || added("approvals")) afterState();
+    if (added("chat-title")) retitle();
     if (changed) contentChanged();
   }).observe(main, { childList: true, subtree: true, characterData: true });
-
-  // The approvals list is redrawn after Approve or Deny: focus follows to the tool card.
-  document.addEventListener("htmx:oobAfterSwap", function (event) {
-    if (event.detail.target && event.detail.target.id === "approvals") afterState();
-  });
 
   // ---- on load: at the latest message, the composer ready ------------------------------------
   if ("scrollRestoration" in history) history.scrollRestoration = "manual";
