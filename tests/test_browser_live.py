@@ -17,6 +17,21 @@ from tests.test_browser import ARTIFACTS, BOOK, ask_for_flights, open_chat
 
 AT_BOTTOM = "() => window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 2"
 HELP_START = "I'm the offline assistant."
+AXE = Path(__file__).parent / "clients" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+async def assert_accessible(page: Page, state: str) -> None:
+    """axe-core finds nothing serious or moderate in what this part adds to the page."""
+    if not await page.evaluate("typeof axe !== 'undefined'"):
+        await page.add_script_tag(path=str(AXE))
+    found = await page.evaluate(
+        """async () => (await axe.run(document, {resultTypes: ["violations"]})).violations
+            .filter(v => v.impact === "serious" || v.impact === "moderate")
+            .map(v => ({id: v.id, nodes: v.nodes.map(n => n.target.join(" "))}))"""
+    )
+    mine = ("composer", "message-box", "queued", "jump-latest", "announcer", "stop-reply", "choice")
+    ours = [v for v in found if any(any(m in n for m in mine) for n in v["nodes"])]
+    assert not ours, f"{state}: {ours}"
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +94,7 @@ async def test_the_transcript_follows_and_a_reload_opens_at_the_latest(
     await expect(jump).to_be_visible()
     assert await page.evaluate("window.scrollY") < 10
     await page.screenshot(path=ARTIFACTS / "live-jump-to-latest.png")
+    await assert_accessible(page, "scrolled up, Jump to latest shown")
     # ... and "Jump to latest" is reachable from the composer by keyboard.
     await box.focus()
     await page.keyboard.press("Shift+Tab")
@@ -126,6 +142,7 @@ async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(
     await expect(choice).to_be_visible()
     await box.press("Enter")  # not sent, not lost
     await page.screenshot(path=ARTIFACTS / "live-question-open.png")
+    await assert_accessible(page, "question open, a message typed")
     await expect(box).to_have_value("And a hotel in LA, please")
     await expect(page.locator("#transcript article.msg.user")).to_have_count(1)
     await choice.get_by_role("button", name="Answer first").click()
@@ -148,6 +165,7 @@ async def test_the_composer_keeps_what_was_typed_and_queues_it_on_request(
     await expect(queued).to_contain_text("And a hotel in LA, please")
     await expect(queued).to_contain_text("Queued")
     await page.screenshot(path=ARTIFACTS / "live-queued.png")
+    await assert_accessible(page, "a message queued")
     await expect(box).to_have_value("")
     await expect(box).to_be_focused()
 
@@ -204,6 +222,7 @@ async def test_stop_the_reply_and_the_length_limit(browser: Browser, slow_server
     await expect(box).to_be_focused()
     await expect(page.locator("#announcer")).to_have_text("The reply was stopped.")
     await page.screenshot(path=ARTIFACTS / "live-stopped.png")
+    await assert_accessible(page, "a reply stopped")
     shown = (await reply.locator(".bubble").inner_text()).strip()
     assert shown.startswith(HELP_START[:10]) and "Ask in your own words" not in shown, shown
     await page.reload()  # what the user saw is the reply on record (the model's history)
