@@ -178,3 +178,50 @@ async def test_the_django_store_keeps_the_queue_on_record() -> None:
     assert [m.id for m in await store.queued(cid)] == ["b"]
     row = await sync_to_async(Conversation.objects.get)(pk=cid)
     assert row.queue == [{"id": "b", "text": "second", "client_id": "c2"}]
+
+
+async def test_stop_reaches_the_worker_running_the_turn() -> None:
+    from chatbridge.core.conversation import LocalLeases
+
+    forwarded: list[tuple[str, str, Any]] = []
+
+    class Elsewhere(LocalLeases):
+        async def turn_holder(self, conversation_id: str) -> str:
+            return "worker-2"
+
+    class Peers:
+        async def alive(self, worker: str) -> bool:
+            return True
+
+        async def route(self, worker: str, conversation_id: str, command: Any) -> None:
+            return None
+
+        async def show(self, worker: str, conversation_id: str) -> None:
+            return None
+
+        async def forward(self, worker: str, conversation_id: str, command: Any) -> dict[str, Any]:
+            forwarded.append((worker, conversation_id, command))
+            return {"ok": True}
+
+    async def sink(conversation_id: str, event: ChatEvent) -> None:
+        return None
+
+    manager = SessionManager()
+    hub = ChatHub(
+        registry=PluginRegistry([]),
+        manager=manager,
+        store=MemoryStore(),
+        sink=sink,
+        render_form=lambda *a, **k: "",
+        model="offline/engine",
+        peers=Peers(),
+        leases=Elsewhere(),
+    )
+    try:
+        await hub.stop("conv")  # nothing streams here: the turn's worker is asked
+        assert [(w, c, cmd.type) for w, c, cmd in forwarded] == [("worker-2", "conv", "stop")]
+        await hub.stop("conv", routed=True)  # came from another worker: not passed on again
+        assert len(forwarded) == 1
+    finally:
+        await hub.close()
+        await manager.shutdown()

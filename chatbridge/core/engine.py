@@ -42,6 +42,7 @@ from chatbridge.core.protocol import (
     ElicitResponseCommand,
     MessageQueued,
     Phase,
+    Stop,
 )
 from chatbridge.core.recovery import Recovery
 from chatbridge.core.tool_calls import ToolCallRunner
@@ -152,14 +153,20 @@ class ChatHub:
             return False
         return True
 
-    async def stop(self, conversation_id: str) -> None:
-        """Stop the reply the model is writing in the conversation (the ``stop`` command).
+    async def stop(self, conversation_id: str, *, routed: bool = False) -> None:
+        """Stop the reply the model is writing in the conversation (the ``stop`` command), on
+        whichever worker runs its turn.
 
         The text shown so far stays as the reply; running tool calls are not affected (they
         have ``abort``). Nothing streaming (the reply just ended): nothing to do.
         """
-        if not self.turns.stop(conversation_id):
-            logger.debug("conversation %s: stop with no reply streaming", conversation_id)
+        if self.turns.stop(conversation_id):
+            return
+        if not routed and self.peers is not None:
+            holder = await self.leases.turn_holder(conversation_id)
+            if await self.recovery.forward(holder, conversation_id, Stop(type="stop")):
+                return
+        logger.debug("conversation %s: stop with no reply streaming", conversation_id)
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session)."""
