@@ -229,6 +229,17 @@ async def test_stop_the_reply_and_the_length_limit(browser: Browser, slow_server
     await expect(page.locator("#transcript article.msg.assistant .bubble")).to_have_text(shown)
     await expect(reply).to_contain_text("Stopped")  # still marked
 
+    # Shift+Enter starts a new line (Enter sends), and the composer grows with the text.
+    one_line = (await box.bounding_box() or {}).get("height", 0)
+    await box.fill("line one")
+    await box.press("Shift+Enter")
+    await box.press_sequentially("line two")
+    await box.press("Shift+Enter")
+    await box.press_sequentially("line three")
+    await expect(box).to_have_value("line one\nline two\nline three")
+    assert (await box.bounding_box() or {}).get("height", 0) > one_line + 20
+    await expect(page.locator("#transcript article.msg.user")).to_have_count(1)
+
     # Near the limit the composer counts down; over it, it refuses instead of cutting.
     await box.fill("x" * 3600)
     await expect(page.locator("#composer-note")).to_have_text("400 characters left")
