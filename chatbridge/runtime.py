@@ -99,6 +99,7 @@ class ChatBridgeRuntime:
             manager=self.manager,
             store=store,
             leases=store,  # one running turn per conversation across workers
+            queue=store,  # messages sent while a turn runs wait on record
             sink=publish,
             render_form=render_form,
             model=settings.CHATBRIDGE_MODEL,

@@ -108,6 +108,7 @@ async def test_booking_a_flight_from_the_chat(browser: Browser, server: str) -> 
     free = page.get_by_role("button", name=seat, exact=True)
     await expect(free).to_be_enabled()
     await expect(free).to_have_attribute("tabindex", "0")  # the grid's Tab stop, not focused
+    await expect(page.locator(".elicit-card .elicit-message")).to_be_focused()
     await expect(page.locator(".exit-row").first).to_contain_text("Exit")
     await expect(page.locator("progress").first).to_be_visible()
     await free.click()

@@ -225,9 +225,10 @@ async def test_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> No
     error = await chat.next("error")
     assert error["code"] == "BAD_COMMAND" and "dance" in error["message"]
     await chat.send({"type": "user_message", "text": "y" * 4001})
-    error = await chat.next("error")
-    assert error["message"] == (
-        "Invalid 'user_message' command: text: String should have at most 4000 characters"
+    error = await chat.next("error")  # refused in plain words, never cut short
+    assert (error["code"], error["message"]) == (
+        "TOO_LONG",
+        "Your message is 4,001 characters long; the limit is 4,000. Shorten it and send it again.",
     )
     await chat.send({"type": "approve", "call_id": "nothing"})
     assert (await chat.next("error"))["message"] == "Nothing is waiting for approval as 'nothing'."

@@ -24,12 +24,14 @@ from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
 from chatbridge.core.protocol import (
     EVENT_ADAPTER,
+    MAX_USER_MESSAGE,
     Abort,
     Approve,
     ChatEvent,
     Deny,
     ElicitResponseCommand,
     ErrorEvent,
+    Stop,
     UserMessage,
     UserMessageCommand,
     parse_command,
@@ -93,6 +95,26 @@ def _sidebar_link(conversation_id: str) -> str:
     item = Conversation.objects.get(pk=conversation_id)
     return render_to_string(
         "chatbridge/conversation_link.html", {"item": item, "conversation": item, "oob": True}
+    )
+
+
+@sync_to_async
+def _title_heading(conversation_id: str) -> str:
+    """The page's heading (and so its tab title), retitled after the first message."""
+    title = Conversation.objects.filter(pk=conversation_id).values_list("title", flat=True)
+    return render_to_string("chatbridge/chat_title.html", {"title": title.first(), "oob": True})
+
+
+def _too_long(data: dict[str, Any]) -> str | None:
+    """Why a user message is refused for its length (said plainly, never cut short)."""
+    text = data.get("text")
+    if data.get("type") != "user_message" or not isinstance(text, str):
+        return None
+    if len(text) <= MAX_USER_MESSAGE:
+        return None
+    return (
+        f"Your message is {len(text):,} characters long; the limit is {MAX_USER_MESSAGE:,}. "
+        "Shorten it and send it again."
     )
 
 
@@ -178,6 +200,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             return
         if "type" not in data and "command" in data:
             data = command_from_form(data)
+        if (too_long := _too_long(data)) is not None:
+            await self.refuse("TOO_LONG", too_long)
+            return
         try:
             command = parse_command(data)
         except ValidationError as exc:
@@ -206,7 +231,12 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     async def dispatch_command(self, command: Any) -> None:
         hub = current_runtime().hub
         if isinstance(command, UserMessageCommand):
-            await hub.user_message(self.conversation_id, command.text.strip() or command.text)
+            await hub.user_message(
+                self.conversation_id,
+                command.text.strip() or command.text,
+                client_id=command.client_id,
+                queue=command.queue,
+            )
         elif isinstance(command, ElicitResponseCommand):
             await hub.elicit_response(self.conversation_id, command)
         elif isinstance(command, Abort):
@@ -215,6 +245,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await hub.decide(self.conversation_id, command.call_id, True)
         elif isinstance(command, Deny):
             await hub.decide(self.conversation_id, command.call_id, False, command.reason)
+        elif isinstance(command, Stop):
+            await hub.stop(self.conversation_id)
 
     async def refuse(self, code: str, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))
@@ -234,6 +266,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         html = render_event(event, self.view)
         if isinstance(event, UserMessage) and html:
             html += await _sidebar_link(self.conversation_id)
+            html += await _title_heading(self.conversation_id)
         if html:
             await self.send(text_data=html)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from functools import cached_property
 from typing import Any
 
 from django.db import models
@@ -19,6 +20,11 @@ class Conversation(models.Model):
         max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
     )
     turn_expires = models.DateTimeField(null=True, blank=True)
+    queue = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="messages sent while a turn ran, in order: each starts the next turn",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -27,6 +33,11 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.title} ({self.id})"
+
+    @cached_property
+    def stopped_replies(self) -> set[str]:
+        """Ids of the replies the user stopped (the page marks them)."""
+        return set(self.messages.filter(stopped=True).values_list("id", flat=True))
 
 
 class WorkerHeartbeat(models.Model):
@@ -53,6 +64,9 @@ class Message(models.Model):
     content = models.TextField(blank=True, default="")
     tool_calls = models.JSONField(null=True, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    stopped = models.BooleanField(
+        default=False, help_text="a reply the user stopped: its content is what was shown"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

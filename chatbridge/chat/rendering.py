@@ -27,6 +27,7 @@ from chatbridge.core.protocol import (
     ElicitForm,
     ErrorEvent,
     LogLine,
+    MessageQueued,
     ProgressNote,
     SessionError,
     ToolCallEvent,
@@ -254,10 +255,21 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         seen.add(event.message_id)
         item = render_to_string(
             "chatbridge/message.html",
-            {"role": "user", "id": event.message_id, "content": event.content},
+            {
+                "role": "user",
+                "id": event.message_id,
+                "content": event.content,
+                "client_id": event.client_id,
+            },
         )
         # A new message clears the errors of earlier attempts.
         return _oob("beforeend:#transcript", item) + _oob("innerHTML:#errors", "")
+    if isinstance(event, MessageQueued):
+        item = render_to_string(
+            "chatbridge/queued_message.html",
+            {"id": event.message_id, "content": event.content, "client_id": event.client_id},
+        )
+        return _oob("beforeend:#queued", item) + _oob("innerHTML:#errors", "")
     if isinstance(event, AssistantDelta):
         text = render_to_string("chatbridge/text.html", {"text": event.delta})
         if event.message_id in seen:
@@ -274,7 +286,12 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         )
         return _oob("beforeend:#transcript", item)
     if isinstance(event, AssistantMessage):
-        context = {"role": "assistant", "id": event.message_id, "content": event.content}
+        context = {
+            "role": "assistant",
+            "id": event.message_id,
+            "content": event.content,
+            "stopped": event.stopped,
+        }
         if event.message_id in seen:  # replace the streamed bubble with the final text
             return render_to_string("chatbridge/message.html", {**context, "oob": True})
         seen.add(event.message_id)

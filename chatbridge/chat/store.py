@@ -24,6 +24,7 @@ from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
+from chatbridge.core.turns import QueuedMessage
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -61,6 +62,7 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
             content=message.get("content") or "",
             tool_calls=message.get("tool_calls"),
             tool_call_id=message.get("tool_call_id") or "",
+            stopped=bool(message.get("stopped")),  # not part of what the model reads
         )
         if message["role"] == "user" and last == 0:
             text = " ".join(str(message.get("content") or "").split())
@@ -189,6 +191,29 @@ def worker_alive(worker: str) -> bool:
     return WorkerHeartbeat.objects.filter(worker=worker, beat_at__gte=since).exists()
 
 
+def _queued(conversation_id: str) -> list[QueuedMessage]:
+    row = Conversation.objects.filter(pk=conversation_id).values_list("queue", flat=True).first()
+    return [QueuedMessage.from_json(m) for m in row or ()]
+
+
+def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+        conversation.queue = [*(conversation.queue or ()), message.to_json()]
+        conversation.save(update_fields=["queue"])
+
+
+def _dequeue(conversation_id: str, message_id: str) -> None:
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+        if conversation is None or not conversation.queue:
+            return
+        kept = [m for m in conversation.queue if m.get("id") != message_id]
+        if len(kept) != len(conversation.queue):
+            conversation.queue = kept
+            conversation.save(update_fields=["queue"])
+
+
 class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
 
@@ -207,6 +232,17 @@ class DjangoStore:
 
     async def claim(self, call_id: str, worker: str) -> bool:
         return await sync_to_async(_claim)(call_id, worker)
+
+    # -- MessageQueue: messages waiting for the running turn, durable -----------------------
+
+    async def queued(self, conversation_id: str) -> list[QueuedMessage]:
+        return await sync_to_async(_queued)(conversation_id)
+
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
+        await write_now(_enqueue, conversation_id, message)
+
+    async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        await write_now(_dequeue, conversation_id, message_id)
 
     # -- TurnLeases: one running turn per conversation across workers ----------------------
 

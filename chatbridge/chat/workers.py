@@ -224,6 +224,8 @@ async def _carry_out(message: dict[str, Any]) -> dict[str, Any]:
             await hub.decide(conversation_id, command.call_id, True, routed=True)
         elif command.type == "deny":
             await hub.decide(conversation_id, command.call_id, False, command.reason, routed=True)
+        elif command.type == "stop":
+            await hub.stop(conversation_id, routed=True)
         else:
             return {
                 "type": "workers.done",

@@ -18,6 +18,7 @@ from chatbridge.core.protocol import (
     ElicitForm,
     ElicitResponseCommand,
     Phase,
+    Stop,
 )
 from chatbridge.core.sessions import PluginSession
 
@@ -125,7 +126,7 @@ class Peers(Protocol):
         ...
 
     async def forward(
-        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
+        self, worker: str, conversation_id: str, command: Abort | Approve | Deny | Stop
     ) -> dict[str, Any] | None:
         """Carry out a command on ``worker``: ``{"ok": True}``, ``{"ok": False, "code": ...,
         "message": ...}``, or None if it cannot be reached (or is this process)."""

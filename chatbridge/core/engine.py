@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -41,11 +42,13 @@ from chatbridge.core.protocol import (
     Deny,
     ElicitResponseAck,
     ElicitResponseCommand,
+    MessageQueued,
     Phase,
+    Stop,
 )
 from chatbridge.core.recovery import NOT_OPEN, Recovery
 from chatbridge.core.tool_calls import ToolCallRunner
-from chatbridge.core.turns import Turns
+from chatbridge.core.turns import LocalQueue, MessageQueue, QueuedMessage, Turns
 
 __all__ = [
     "LOST_SESSION_MESSAGE",
@@ -83,12 +86,14 @@ class ChatHub:
         max_iterations: int = 8,
         peers: Peers | None = None,
         leases: TurnLeases | None = None,
+        queue: MessageQueue | None = None,
     ) -> None:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
         self.max_iterations = max_iterations
         self.peers = peers  # the other workers, when there are several
         self.leases: TurnLeases = leases or LocalLeases()
+        self.queue: MessageQueue = queue or LocalQueue()  # messages sent while a turn runs
         self.runner = ToolCallRunner(
             registry=registry,
             manager=manager,
@@ -106,8 +111,16 @@ class ChatHub:
 
     # -- commands ---------------------------------------------------------------------------
 
-    async def user_message(self, conversation_id: str, text: str) -> None:
-        """Start a turn for ``text``; refused while a turn runs here or on another worker.
+    async def user_message(
+        self,
+        conversation_id: str,
+        text: str,
+        *,
+        client_id: str | None = None,
+        queue: bool = False,
+    ) -> None:
+        """Start a turn for ``text``; refused while a turn runs here or on another worker,
+        unless ``queue``: then the message is kept (durably) and starts the next turn.
 
         A turn being started or resumed (a reconnecting socket checking for calls to resume)
         is waited for first: a message is refused only if a turn then runs.
@@ -117,9 +130,52 @@ class ChatHub:
             await conv.starting.wait()
             conv = self._conversation(conversation_id)  # it may have been forgotten meanwhile
         try:
-            await self._begin(conv, lost=[], text=text)
+            try:
+                await self._begin(conv, lost=[], text=text, client_id=client_id)
+            except CommandRefused as refused:
+                if not queue or refused.code != "BUSY":
+                    raise
+                message = QueuedMessage(uuid.uuid4().hex, text, client_id)
+                await self.queue.enqueue(conv.id, message)
+                await self.sink(
+                    conv.id,
+                    MessageQueued(message_id=message.id, content=text, client_id=client_id),
+                )
+                if not conv.busy:  # the turn ended meanwhile: nobody else will start it
+                    await self.next_queued(conv)
         finally:
             self.forget_if_idle(conv)
+
+    async def next_queued(self, conv: LiveConversation) -> bool:
+        """Start a turn with the conversation's oldest queued message, if there is one and no
+        turn runs; True if one started. A message stays queued until its turn has put it in
+        the conversation (a restart in between starts it again)."""
+        if conv.busy or self._closed:
+            return False
+        queued = await self.queue.queued(conv.id)
+        if not queued or conv.busy:
+            return False
+        try:
+            await self._begin(conv, lost=[], text=queued[0].text, queued=queued[0])
+        except CommandRefused as refused:  # e.g. a turn runs on another worker: it starts it
+            logger.info("conversation %s: queued message waits: %s", conv.id, refused)
+            return False
+        return True
+
+    async def stop(self, conversation_id: str, *, routed: bool = False) -> None:
+        """Stop the reply the model is writing in the conversation (the ``stop`` command), on
+        whichever worker runs its turn.
+
+        The text shown so far stays as the reply; running tool calls are not affected (they
+        have ``abort``). Nothing streaming (the reply just ended): nothing to do.
+        """
+        if self.turns.stop(conversation_id):
+            return
+        if not routed and self.peers is not None:
+            holder = await self.leases.turn_holder(conversation_id)
+            if await self.recovery.forward(holder, conversation_id, Stop(type="stop")):
+                return
+        logger.debug("conversation %s: stop with no reply streaming", conversation_id)
 
     async def elicit_response(self, conversation_id: str, cmd: ElicitResponseCommand) -> None:
         """Deliver an answer to the form waiting for it (or handle a lost session).
@@ -335,6 +391,9 @@ class ChatHub:
         conv: LiveConversation,
         lost: list[ElicitResponseCommand],
         text: str | None = None,
+        *,
+        client_id: str | None = None,
+        queued: QueuedMessage | None = None,
     ) -> None:
         """Take the conversation's lease and start a turn; BUSY if one runs anywhere."""
         if self._closed:
@@ -355,7 +414,7 @@ class ChatHub:
             conv.starting = None
         if not taken:
             raise CommandRefused("BUSY", BUSY_ELSEWHERE)
-        self._start(conv, lost=lost, text=text)
+        self._start(conv, lost=lost, text=text, client_id=client_id, queued=queued)
 
     def _start(
         self,
@@ -363,9 +422,13 @@ class ChatHub:
         lost: list[ElicitResponseCommand],
         text: str | None = None,
         resume: Sequence[ResumableCall] = (),
+        *,
+        client_id: str | None = None,
+        queued: QueuedMessage | None = None,
     ) -> None:
         conv.turn = asyncio.create_task(
-            self.turns.run(conv, lost, text, resume), name=f"chatbridge-turn:{conv.id}"
+            self.turns.run(conv, lost, text, resume, client_id=client_id, queued=queued),
+            name=f"chatbridge-turn:{conv.id}",
         )
 
     async def recover(self, conversation_id: str) -> bool:
@@ -375,7 +438,10 @@ class ChatHub:
             return False  # shutting down: the next process resumes them
         conv = self._conversation(conversation_id)
         try:
-            return await self.recovery.recover(conv)
+            resumed = await self.recovery.recover(conv)
+            if not resumed:  # messages queued before a restart (or on another worker)
+                await self.next_queued(conv)
+            return resumed
         finally:
             self.forget_if_idle(conv)
 

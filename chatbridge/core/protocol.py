@@ -28,9 +28,11 @@ __all__ = [
     "ElicitStart",
     "ErrorEvent",
     "LogLine",
+    "MessageQueued",
     "Phase",
     "ProgressNote",
     "SessionError",
+    "Stop",
     "ToolCallEvent",
     "UserMessage",
     "UserMessageCommand",
@@ -63,6 +65,16 @@ class UserMessage(_Event):
     type: Literal["user_message"] = "user_message"
     message_id: str
     content: str
+    client_id: str | None = None  # the sender's own id for it (``UserMessageCommand``)
+
+
+class MessageQueued(_Event):
+    """A user's message sent while a turn runs, kept to start the next turn (``queue``)."""
+
+    type: Literal["message_queued"] = "message_queued"
+    message_id: str  # the ``user_message`` event that starts its turn has the same id
+    content: str
+    client_id: str | None = None
 
 
 class AssistantDelta(_Event):
@@ -79,6 +91,7 @@ class AssistantMessage(_Event):
     type: Literal["assistant_message"] = "assistant_message"
     message_id: str
     content: str
+    stopped: bool = False  # the user stopped it: ``content`` is what was shown until then
 
 
 class ToolCallEvent(_Event):
@@ -205,6 +218,7 @@ class ErrorEvent(_Event):
 
 ChatEvent: TypeAlias = Annotated[
     UserMessage
+    | MessageQueued
     | AssistantDelta
     | AssistantMessage
     | ToolCallEvent
@@ -230,6 +244,10 @@ class _Command(BaseModel):
 class UserMessageCommand(_Command):
     type: Literal["user_message"]
     text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE)
+    # Optional: echoed in the ``user_message`` (or ``message_queued``) event of this message.
+    client_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # While a turn runs: keep the message and start the next turn with it (instead of BUSY).
+    queue: bool = False
 
 
 class ElicitResponseCommand(_Command):
@@ -258,12 +276,18 @@ class Deny(_Command):
     reason: str = Field(default="", max_length=500)
 
 
+class Stop(_Command):
+    """Stop the reply the model is writing; the text shown so far stays (tools go on)."""
+
+    type: Literal["stop"]
+
+
 Command: TypeAlias = Annotated[
-    UserMessageCommand | ElicitResponseCommand | Abort | Approve | Deny,
+    UserMessageCommand | ElicitResponseCommand | Abort | Approve | Deny | Stop,
     Field(discriminator="type"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMANDS = ("user_message", "elicit_response", "abort", "approve", "deny")
+COMMANDS = ("user_message", "elicit_response", "abort", "approve", "deny", "stop")
 
 
 def parse_command(data: Any) -> Command:

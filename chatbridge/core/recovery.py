@@ -20,7 +20,7 @@ from chatbridge.core.conversation import (
     ResumableCall,
     dangling_calls,
 )
-from chatbridge.core.protocol import Abort, Approve, Deny, ElicitResponseCommand
+from chatbridge.core.protocol import Abort, Approve, Deny, ElicitResponseCommand, Stop
 
 if TYPE_CHECKING:
     from chatbridge.core.engine import ChatHub
@@ -176,7 +176,7 @@ class Recovery:
             await asyncio.sleep(ROUTE_RETRY)  # back off before asking the owner again
 
     async def forward(
-        self, worker: str, conversation_id: str, command: Abort | Approve | Deny
+        self, worker: str, conversation_id: str, command: Abort | Approve | Deny | Stop
     ) -> bool:
         """Carry ``command`` out on ``worker``: True if done there; its refusal is raised."""
         peers = self.hub.peers

@@ -11,7 +11,8 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.core.conversation import (
@@ -33,7 +34,7 @@ from chatbridge.core.protocol import (
 if TYPE_CHECKING:
     from chatbridge.core.engine import ChatHub
 
-__all__ = ["LEASE_RENEW_SECONDS", "Turns"]
+__all__ = ["LEASE_RENEW_SECONDS", "LocalQueue", "MessageQueue", "QueuedMessage", "Turns"]
 
 logger = logging.getLogger("chatbridge.engine")
 
@@ -46,11 +47,70 @@ def _own_id(call: ToolCallRequest) -> ToolCallRequest:
     return ToolCallRequest(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
 
 
+@dataclass(frozen=True)
+class QueuedMessage:
+    """A user's message waiting for the running turn to end; it starts the next one."""
+
+    id: str  # the message id it will have in the conversation
+    text: str
+    client_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "client_id": self.client_id}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueuedMessage:
+        return cls(str(data["id"]), str(data["text"]), data.get("client_id") or None)
+
+
+class MessageQueue(Protocol):
+    """Where queued messages wait, in order, per conversation (durable in the Django store,
+    so they survive a restart)."""
+
+    async def queued(self, conversation_id: str) -> list[QueuedMessage]: ...
+
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None: ...
+
+    async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        """Remove the message (it is in the conversation now); nothing if it is not queued."""
+        ...
+
+
+@dataclass
+class LocalQueue:
+    """``MessageQueue`` in memory (a hub without a durable store)."""
+
+    messages: dict[str, list[QueuedMessage]] = field(default_factory=dict)
+
+    async def queued(self, conversation_id: str) -> list[QueuedMessage]:
+        return list(self.messages.get(conversation_id, ()))
+
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
+        self.messages.setdefault(conversation_id, []).append(message)
+
+    async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        kept = [m for m in self.messages.get(conversation_id, ()) if m.id != message_id]
+        if kept:
+            self.messages[conversation_id] = kept
+        else:
+            self.messages.pop(conversation_id, None)
+
+
 class Turns:
     """Runs the turns of a hub's conversations."""
 
     def __init__(self, hub: ChatHub) -> None:
         self.hub = hub
+        # Conversation id → set to stop the reply being streamed there (the ``stop`` command).
+        self.stops: dict[str, asyncio.Event] = {}
+
+    def stop(self, conversation_id: str) -> bool:
+        """Stop the reply streaming in the conversation; False if none is."""
+        stop = self.stops.get(conversation_id)
+        if stop is None:
+            return False
+        stop.set()
+        return True
 
     async def run(
         self,
@@ -58,7 +118,12 @@ class Turns:
         lost: list[ElicitResponseCommand],
         text: str | None,
         resume: Sequence[ResumableCall] = (),
+        *,
+        client_id: str | None = None,
+        queued: QueuedMessage | None = None,
     ) -> None:
+        """A turn. ``text``: the user's message, if one started it (``client_id``: the
+        sender's id for it); ``queued``: the queued message that started it."""
         renewer = asyncio.create_task(self._keep_lease(conv), name=f"chatbridge-lease:{conv.id}")
         try:
             if resume:  # finish the suspended calls first: their results belong before anything
@@ -71,9 +136,18 @@ class Turns:
                     ),
                 )
             if text is not None:
-                message_id = uuid.uuid4().hex
+                message_id = queued.id if queued else uuid.uuid4().hex
                 await self.hub.store.append(conv.id, message_id, {"role": "user", "content": text})
-                await self.hub.sink(conv.id, UserMessage(message_id=message_id, content=text))
+                if queued is not None:  # in the conversation now (kept until then)
+                    await self.hub.queue.dequeue(conv.id, queued.id)
+                await self.hub.sink(
+                    conv.id,
+                    UserMessage(
+                        message_id=message_id,
+                        content=text,
+                        client_id=queued.client_id if queued else client_id,
+                    ),
+                )
             await self.hub.phase(conv, "process_plugin_abort")
             await self.hub.phase(conv, "process_plugin_responses")
             await self._recover_lost(conv, {c.call_id: c.session_id for c in lost})
@@ -111,6 +185,10 @@ class Turns:
                 conv.resumed(call.call_id)
         with contextlib.suppress(Exception):
             await self.hub.phase(conv, "done")
+        try:  # a message queued during this turn starts the next one
+            await self.hub.next_queued(conv)
+        except Exception:
+            logger.exception("starting the queued message of conversation %s failed", conv.id)
         self.hub.forget_if_idle(conv)  # nothing runs or waits: nothing to remember
 
     async def _keep_lease(self, conv: LiveConversation) -> None:
@@ -165,22 +243,51 @@ class Turns:
     async def _stream_reply(
         self, conv: LiveConversation, messages: list[dict[str, Any]]
     ) -> Completion | None:
+        """The model's reply, streamed to the sockets. A ``stop`` ends it where it is: the
+        text shown so far is the reply (on record, so the model later sees what the user
+        saw), and tool calls it was making are dropped."""
         message_id = uuid.uuid4().hex
         reply = Completion()
         tools = [p.tool.function_spec() for p in self.hub.registry]
-        try:
+        shown: list[str] = []
+
+        async def stream() -> None:
             async for delta in stream_completion(self.hub.model, messages, tools, reply):
+                shown.append(delta)
                 await self.hub.sink(conv.id, AssistantDelta(message_id=message_id, delta=delta))
-        except Exception as exc:  # provider errors come in many types
+
+        stop = self.stops[conv.id] = asyncio.Event()
+        streaming = asyncio.create_task(stream(), name=f"chatbridge-stream:{conv.id}")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({streaming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if self.stops.get(conv.id) is stop:
+                del self.stops[conv.id]
+            if not streaming.done():  # stopped (or this turn is being cancelled)
+                streaming.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await streaming
+        stopped = streaming.cancelled()
+        if stopped:
+            reply = Completion(text="".join(shown))
+            logger.info("conversation %s: the user stopped the reply", conv.id)
+        elif (exc := streaming.exception()) is not None:  # provider errors come in many types
             logger.warning("model %s failed: %s", self.hub.model, exc)
             await self.hub.sink(
                 conv.id, ErrorEvent(code="LLM_ERROR", message=f"The model failed: {exc}")
             )
             return None
         reply.tool_calls = [_own_id(call) for call in reply.tool_calls]
-        await self.hub.store.append(conv.id, message_id, reply.to_message())
-        if reply.text:
+        if reply.text or reply.tool_calls:  # a reply stopped before any text is no message
+            message = reply.to_message()
+            if stopped:  # for the page; a store gives the model only role and content
+                message["stopped"] = True
+            await self.hub.store.append(conv.id, message_id, message)
+        if reply.text or stopped:
             await self.hub.sink(
-                conv.id, AssistantMessage(message_id=message_id, content=reply.text)
+                conv.id,
+                AssistantMessage(message_id=message_id, content=reply.text, stopped=stopped),
             )
         return reply

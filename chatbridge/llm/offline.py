@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -119,5 +121,9 @@ class OfflineLLM(CustomLLM):
         self, *args: Any, **kwargs: Any
     ) -> AsyncIterator[GenericStreamingChunk]:
         messages: list[Any] = kwargs["messages"]
+        # Seconds between text pieces, to watch (and stop) a reply being written; default none.
+        pause = float(os.environ.get("CHATBRIDGE_OFFLINE_STREAM_DELAY") or 0)
         for chunk in _chunks(messages, _reply(messages, kwargs.get("optional_params") or {})):
+            if pause > 0 and chunk["text"]:
+                await asyncio.sleep(pause)
             yield chunk
