@@ -92,6 +92,7 @@ async def test_empty_state_markdown_and_managing_chats(browser: Browser, server:
     refusal = booking.get_by_role("alert")
     await expect(refusal).to_contain_text("cannot be deleted yet")
     await expect(refusal).to_be_focused()
+    await _settled(booking)
     await page.keyboard.press("Escape")
     rename = booking.get_by_role("button", name="Rename", exact=True)
     await expect(rename).to_be_focused()

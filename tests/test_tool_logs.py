@@ -89,6 +89,6 @@ def test_the_tool_card_shows_them_after_a_reload(client: Client) -> None:
     card = re.search(r'<article class="tool-card" id="tool-c-1".*?</article>', page, re.S)
     assert card is not None
     html = card.group(0)
-    assert "Searching &lt;flights&gt;" in html and "origin=JFK" in html
+    assert "Searching &lt;flights&gt;" in html and "Origin: JFK" in html
     assert re.search(r'<progress value="1(\.0)?" max="4(\.0)?"', html)
     assert "Found 3 flights" in html

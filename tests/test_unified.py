@@ -110,8 +110,8 @@ async def test_deny_tells_the_model_the_reason() -> None:
     assert reply["content"] == (
         "OK, I did not send the feedback, as you asked. Tell me if you change your mind."
     )
-    await chat.send({"type": "approve", "call_id": request["call_id"]})
-    assert (await chat.next("error"))["code"] == "NOT_FOUND"
+    await chat.send({"type": "approve", "call_id": request["call_id"]})  # changing one's mind
+    assert (await chat.next("error"))["code"] == "ALREADY_ANSWERED"
     await chat.close()
 
 

@@ -287,8 +287,10 @@
 
   function lostFocus() {
     var active = document.activeElement;
+    // A tool card or an answered question holds the focus only because what had it was swapped
+    // away: at the end of the turn it may move on to the composer.
     return !active || active === document.body || !document.contains(active) ||
-      (active.classList && active.classList.contains("elicit-done"));
+      (active.classList && (active.classList.contains("elicit-done") || active.classList.contains("tool-card")));
   }
 
   var wasRunning = state().running;
