@@ -215,9 +215,10 @@ async def test_forms_cards_picker_and_pages_with_axe(
     await expect(cards.nth(1)).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator(".result-text")).to_contain_text("You picked the", timeout=15000)
-    # The answered question is gone; the focus stays with its tool card.
-    await expect(page.get_by_role("article", name="Tool pick_card")).to_be_focused()
+    # The answered question is gone and the turn is over: the focus is back in the composer
+    # (not dropped to the top of the page).
     await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
+    await expect(page.get_by_role("textbox", name="Message")).to_be_focused()
 
     await send(page, "Choose a colour")
     dialog = page.locator("dialog.guest-dialog")
