@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -29,6 +30,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def fixed_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server the test stops and starts
+    again on the same port: while it is down, a client reconnecting to an ephemeral-range port
+    can be given that very port as its own and connect to itself (TCP self-connect), which
+    then hangs its reads and takes the port from the restarted server."""
+    low = 20000
+    try:
+        low_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low_ephemeral = 32768
+    for port in random.sample(range(low, max(low + 1000, low_ephemeral)), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:

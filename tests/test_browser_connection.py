@@ -24,7 +24,7 @@ import pytest
 from playwright.async_api import Browser, WebSocketRoute, expect
 
 from plugins.book_flight.data import seat_map_for
-from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.servers import fixed_port, migrated_env, start_daphne, stop
 from tests.test_browser import (
     ARTIFACTS,
     ask_for_flights,
@@ -65,7 +65,7 @@ async def test_a_seat_clicked_while_the_server_is_down_is_sent_once_when_it_is_b
     ARTIFACTS.mkdir(exist_ok=True)
     database = tmp_path / "db.sqlite3"
     env = migrated_env(database)
-    port = free_port()
+    port = fixed_port()  # restarted on the same port (see fixed_port)
     server = f"http://127.0.0.1:{port}"
     first = start_daphne(port, env, log=tmp_path / "first.log")
     second = None

@@ -12,7 +12,7 @@ import pytest
 
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat, pay_over_http
-from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.servers import fixed_port, migrated_env, start_daphne, stop
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
 ) -> None:
     database = tmp_path / "db.sqlite3"
     env = migrated_env(database)
-    port = free_port()
+    port = fixed_port()  # restarted on the same port (see fixed_port)
     base = f"http://127.0.0.1:{port}"
     first = start_daphne(port, env, log=tmp_path / "first.log")
     second = None

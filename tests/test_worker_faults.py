@@ -25,7 +25,7 @@ from chatbridge.core.sampling import LiteLLMSampler
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.chat_http import RemoteChat
-from tests.servers import free_port, start_daphne, stop, wait_for_port
+from tests.servers import fixed_port, free_port, start_daphne, stop, wait_for_port
 from tests.test_hub_memory import Inboxes, MemoryStore, pay
 
 BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
@@ -35,7 +35,7 @@ class OwnRedis:
     """A redis-server of the test's own (no persistence: a restart forgets everything)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = fixed_port()  # restarted on the same port
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
