@@ -27,10 +27,15 @@ async def open_chat(browser: Browser, server: str, **options: object) -> Page:
     return page
 
 
-async def ask_for_flights(page: Page) -> None:
+async def send(page: Page, text: str) -> None:
+    """Type ``text`` in the composer and send it with Enter."""
     box = page.get_by_role("textbox", name="Message")
-    await box.fill(BOOK)
+    await box.fill(text)
     await box.press("Enter")  # Enter sends
+
+
+async def ask_for_flights(page: Page) -> None:
+    await send(page, BOOK)
     await expect(page.get_by_role("button", name=re.compile(r"^Select "))).to_have_count(
         len(search_flights("JFK", "LAX")), timeout=15000
     )

@@ -22,6 +22,7 @@ from tests.test_browser import (
     expect_confirmation,
     fill_payment,
     first_free,
+    send,
 )
 
 SCHEMES = pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -34,12 +35,6 @@ async def open_chat(browser: Browser, server: str, scheme: str) -> Page:
     await page.get_by_role("button", name="New chat").click()
     await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
     return page
-
-
-async def send(page: Page, text: str) -> None:
-    box = page.get_by_role("textbox", name="Message")
-    await box.fill(text)
-    await box.press("Enter")
 
 
 def question(page: Page, headline: str):  # type: ignore[no-untyped-def]

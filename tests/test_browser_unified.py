@@ -6,13 +6,7 @@ import re
 
 from playwright.async_api import Browser, expect
 
-from tests.test_browser import ARTIFACTS, open_chat, review_and_pay
-
-
-async def send(page, text: str) -> None:  # type: ignore[no-untyped-def]
-    box = page.get_by_role("textbox", name="Message")
-    await box.fill(text)
-    await box.press("Enter")
+from tests.test_browser import ARTIFACTS, open_chat, review_and_pay, send
 
 
 async def test_pick_card_in_the_browser(browser: Browser, server: str) -> None:

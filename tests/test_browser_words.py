@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from playwright.async_api import Browser, expect
 
-from tests.test_browser import ARTIFACTS, ask_for_flights, open_chat
-
-
-async def send(page, text: str) -> None:  # type: ignore[no-untyped-def]
-    box = page.get_by_role("textbox", name="Message")
-    await box.fill(text)
-    await box.press("Enter")
+from tests.test_browser import ARTIFACTS, ask_for_flights, open_chat, send
 
 
 async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: str) -> None:

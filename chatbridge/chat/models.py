@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -91,6 +92,26 @@ class Message(models.Model):
 
 ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")
 FINAL_PHASE = "done"  # the phase of an ended call (completed, failed or aborted)
+
+
+def aborted_row(*, by: str, error: str, now: datetime) -> dict[str, Any]:
+    """The columns of a session row marked aborted where no tool is left to record it (an
+    operator's abort of an orphan, a task ended on record): final, and no question open."""
+    return {
+        "status": "aborted",
+        "phase": FINAL_PHASE,
+        "error": error,
+        "aborted_by": by,
+        "aborted_at": now,
+        "ended_at": now,
+        "updated_at": now,
+        "pending_key": "",
+        "pending_elicit_id": "",
+        "pending_message": "",
+        "pending_context": None,
+        "pending_schema": None,
+        "pending_since": None,
+    }
 
 
 class ToolSession(models.Model):

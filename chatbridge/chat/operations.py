@@ -7,7 +7,7 @@ import uuid
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, FINAL_PHASE, Message, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, Message, ToolSession, aborted_row
 from chatbridge.chat.store import _append
 from chatbridge.chat.workers import broadcast_abort
 from chatbridge.core.tool_calls import stopped_message
@@ -50,22 +50,9 @@ def abort_tool_session(
     worker = async_to_sync(broadcast_abort)(session.id, message, by, wait)
     if worker is not None:  # its recorder writes the final state as the tool stops
         return f"Session {session.id} aborted on worker {worker}."
-    now = timezone.now()
     ToolSession.objects.filter(pk=session.id).update(
-        status="aborted",
-        phase=FINAL_PHASE,
-        error=f"{message} (no running worker held it)",
-        aborted_by=by,
         abort_reason=reason,
-        aborted_at=now,
-        ended_at=now,
-        updated_at=now,
-        pending_key="",
-        pending_elicit_id="",
-        pending_message="",
-        pending_context=None,
-        pending_schema=None,
-        pending_since=None,
+        **aborted_row(by=by, error=f"{message} (no running worker held it)", now=timezone.now()),
     )
     _tell_the_model(session, by, message)
     return f"Session {session.id} was held by no running worker; marked aborted."

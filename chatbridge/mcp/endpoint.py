@@ -10,7 +10,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.store import DjangoStore, worker_alive
@@ -78,25 +78,9 @@ def _find_task(call_id: str) -> TaskRecord | None:
 
 def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:
     """Compare-and-set on the holder, like a claim: one worker ends the suspended call."""
-    now = timezone.now()
     return bool(
-        ToolSession.objects.filter(
-            pk=call_id, worker=holder, status__in=("running", "awaiting_elicit", "awaiting_sample")
-        ).update(
-            status="aborted",
-            phase="done",
-            worker=WORKER_ID,
-            error=reason,
-            aborted_by=by,
-            aborted_at=now,
-            ended_at=now,
-            updated_at=now,
-            pending_key="",
-            pending_elicit_id="",
-            pending_message="",
-            pending_context=None,
-            pending_schema=None,
-            pending_since=None,
+        ToolSession.objects.filter(pk=call_id, worker=holder, status__in=ACTIVE_STATUSES).update(
+            worker=WORKER_ID, **aborted_row(by=by, error=reason, now=timezone.now())
         )
     )
 
