@@ -94,6 +94,17 @@ ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")
 FINAL_PHASE = "done"  # the phase of an ended call (completed, failed or aborted)
 
 
+# The pending-question columns of a row with no question open.
+NO_PENDING: dict[str, Any] = {
+    "pending_key": "",
+    "pending_elicit_id": "",
+    "pending_message": "",
+    "pending_context": None,
+    "pending_schema": None,
+    "pending_since": None,
+}
+
+
 def aborted_row(*, by: str, error: str, now: datetime) -> dict[str, Any]:
     """The columns of a session row marked aborted where no tool is left to record it (an
     operator's abort of an orphan, a task ended on record): final, and no question open."""
@@ -105,12 +116,7 @@ def aborted_row(*, by: str, error: str, now: datetime) -> dict[str, Any]:
         "aborted_at": now,
         "ended_at": now,
         "updated_at": now,
-        "pending_key": "",
-        "pending_elicit_id": "",
-        "pending_message": "",
-        "pending_context": None,
-        "pending_schema": None,
-        "pending_since": None,
+        **NO_PENDING,
     }
 
 

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from chatbridge.chat.models import FINAL_PHASE, JournalRecord, ToolSession
+from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.core.exceptions import ClaimLost
@@ -36,14 +36,7 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 def _pending_fields(session: PluginSession) -> dict[str, Any]:
     pending = session.pending
     if pending is None:
-        return {
-            "pending_key": "",
-            "pending_elicit_id": "",
-            "pending_message": "",
-            "pending_context": None,
-            "pending_schema": None,
-            "pending_since": None,
-        }
+        return dict(NO_PENDING)
     return {
         "pending_key": pending.key,
         "pending_elicit_id": str(pending.id),
