@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -12,11 +13,12 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from chatbridge.chat.broadcast import conversation_group
+from chatbridge.chat.broadcast import attach, conversation_group, detach
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.links import remember_origin
 from chatbridge.chat.models import Conversation
+from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.store import owner_key
 from chatbridge.core import strict_json
@@ -50,12 +52,14 @@ logger = logging.getLogger("chatbridge.chat")
 
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
+MAX_OUTBOX = 1000  # events waiting for a client that does not read before its socket closes
 # The application's own close codes. RFC 6455 leaves 4000-4999 to applications; a server may
 # refuse a protocol code such as 1009 from the application (daphne does, and the client then
 # sees 1011). 4403 and 4429 echo HTTP's 403 and 429; 4009 echoes 1009, "message too big".
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_LARGE = 4009
 CLOSE_RATE_LIMITED = 4429
+CLOSE_TOO_SLOW = 4408  # the client did not read its events
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
 
 
@@ -127,6 +131,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     # the conversation's events until the server's disconnect reaches it; they are dropped.
     closed = False
 
+    _sender: asyncio.Task[None] | None = None
+    lagging = False  # fell MAX_OUTBOX events behind: being closed
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels checks database connections before every handler, in a thread hop; frames
         and events touch no database here, so only connects and disconnects pay for it."""
@@ -158,18 +165,27 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         await self.channel_layer.group_add(
             conversation_group(self.conversation_id), self.channel_name
         )
+        # Events of this process come straight to ``deliver``; they wait in the outbox until
+        # the state and the open forms below are sent.
+        self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
+        attach(self.conversation_id, self)
         await self.accept()
         remember_origin(self.conversation_id, _page_origin(self.scope))
         hub = current_runtime().hub
         await self.send_event(hub.state(self.conversation_id))
         for form in hub.pending_forms(self.conversation_id):
             await self.send_event(form)
+        self._sender = asyncio.create_task(self._send_outbox(), name="chatbridge-socket-outbox")
         # Calls suspended in a process that is gone come back by replay (their forms follow).
         await hub.recover(self.conversation_id)
 
     async def disconnect(self, code: int) -> None:
         self.closed = True
+        if self._sender is not None:  # and forget it: its cancellation would keep us alive
+            self._sender.cancel()
+            self._sender = None
         if hasattr(self, "conversation_id"):
+            detach(self.conversation_id, self)
             await self.channel_layer.group_discard(
                 conversation_group(self.conversation_id), self.channel_name
             )
@@ -251,9 +267,34 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     async def refuse(self, code: str, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))
 
+    def deliver(self, event: ChatEvent) -> None:
+        """An event of the conversation published in this process: sent in order by the
+        socket's outbox task. A client that stops reading is closed, not waited for."""
+        if self.closed or self.lagging:
+            return
+        if self.outbox.qsize() >= MAX_OUTBOX:
+            logger.warning(
+                "conversation %s: a socket fell %d events behind; closed",
+                self.conversation_id,
+                MAX_OUTBOX,
+            )
+            self.lagging = True  # nothing more is queued; it reconnects and gets the state
+            asyncio.get_running_loop().create_task(self.close(code=CLOSE_TOO_SLOW))
+            return
+        self.outbox.put_nowait(event)
+
+    async def _send_outbox(self) -> None:
+        while True:
+            event = await self.outbox.get()
+            try:
+                await self.send_event(event)
+            except Exception:  # one event that cannot be sent does not end the socket
+                logger.exception("event %s not sent to a socket", event.type)
+
     async def chat_event(self, message: dict[str, Any]) -> None:
-        """Group handler: an event of the conversation."""
-        if not self.closed:
+        """Group handler: an event of the conversation published by another process (this
+        process's events reached ``deliver`` already)."""
+        if not self.closed and message.get("origin") != WORKER_ID:
             await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
 
     async def send_event(self, event: ChatEvent) -> None:

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from chatbridge.chat import lean_sql
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.core.events import LogEvent, ProgressEvent, SessionEvent
@@ -73,15 +74,33 @@ def _held(session_id: str) -> QuerySet[ToolSession]:
     return ToolSession.objects.filter(pk=session_id, worker=WORKER_ID)
 
 
-def _status_fields(session_id: str, fields: dict[str, Any]) -> None:
-    _held(session_id).update(**fields)
+# A call's latest status snapshot not written yet, per call id: the writes of a burst of status
+# changes (running, then the next question) are one. The event loop puts, the writer thread
+# takes: every access holds the lock.
+_latest_status: dict[str, dict[str, Any]] = {}
+_latest_status_lock = threading.Lock()
+
+
+def _keep_status(session_id: str, fields: dict[str, Any]) -> bool:
+    """Keep the latest snapshot; True if a write must be queued (none is)."""
+    with _latest_status_lock:
+        queued = session_id in _latest_status
+        _latest_status[session_id] = fields
+    return not queued
+
+
+def _save_status(session_id: str) -> None:
+    with _latest_status_lock:
+        fields = _latest_status.pop(session_id, None)
+    if fields is not None:
+        lean_sql.update(ToolSession, fields, id=session_id, worker=WORKER_ID)
 
 
 def _requested(
     session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
 ) -> None:
-    if not _held(session_id).exists():
-        return
+    if lean_sql.select(ToolSession, ("id",), id=session_id, worker=WORKER_ID) is None:
+        return  # not this worker's call (any more)
     fields = {
         "kind": kind,
         "key": key,
@@ -89,15 +108,16 @@ def _requested(
         "request": request,
         "requested_at": at,
     }
-    rows = JournalRecord.objects.filter(session_id=session_id, seq=seq)
-    if not rows.filter(result__isnull=True).update(**fields) and not rows.exists():
-        JournalRecord.objects.create(session_id=session_id, seq=seq, **fields)
+    record = lean_sql.select(JournalRecord, ("id", "result"), session_id=session_id, seq=seq)
+    if record is None:
+        lean_sql.insert(JournalRecord, {"session_id": session_id, "seq": seq, **fields})
+    elif record[1] is None:  # an answered entry keeps the request it answered
+        lean_sql.update(JournalRecord, fields, id=record[0])
 
 
-def _holder(session_id: str, *, lock: bool = False) -> str:
+def _holder(session_id: str) -> str:
     """The worker holding the call; ``ClaimLost`` unless it is this one."""
-    rows = ToolSession.objects.select_for_update() if lock else ToolSession.objects
-    holder = rows.filter(pk=session_id).values_list("worker", flat=True).first()
+    holder = ToolSession.objects.filter(pk=session_id).values_list("worker", flat=True).first()
     if holder is None:
         raise LookupError(f"no tool session row {session_id!r} to record the journal in")
     if holder != WORKER_ID:
@@ -106,9 +126,13 @@ def _holder(session_id: str, *, lock: bool = False) -> str:
 
 
 def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
-    """Write ``entry`` in one transaction with the check that this worker holds the call."""
+    """Write ``entry`` in one transaction with the check that this worker holds the call.
+
+    The fenced update of the call's row is the check (and takes the row's lock where the
+    database has row locks); only when it finds nothing is the row read, to say why."""
     with transaction.atomic():
-        _holder(session_id, lock=True)
+        if not lean_sql.update(ToolSession, {"updated_at": now}, id=session_id, worker=WORKER_ID):
+            _holder(session_id)  # raises: no such row, or another worker holds the call
         # The (session, scope, pos) constraint refuses a second writer of the same slot.
         fields = {
             "kind": entry.kind,
@@ -119,12 +143,9 @@ def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
             "result": entry.result,
             "answered_at": now,
         }
-        JournalRecord.objects.update_or_create(
-            session_id=session_id,
-            seq=entry.seq,
-            defaults=fields,
-            create_defaults={**fields, "requested_at": now},
-        )
+        where = {"session_id": session_id, "seq": entry.seq}
+        if not lean_sql.update(JournalRecord, fields, **where):
+            lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
 
 
 def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
@@ -199,7 +220,9 @@ def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, An
 
 
 def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
-    _held(session_id).update(**fields)
+    with _latest_status_lock:
+        _latest_status.pop(session_id, None)  # the end supersedes any status not written yet
+    lean_sql.update(ToolSession, fields, id=session_id, worker=WORKER_ID)
 
 
 class DjangoRecorder:
@@ -221,12 +244,13 @@ class DjangoRecorder:
 
     async def status_changed(self, session: PluginSession) -> None:
         # A snapshot now: the session moves on before a queued write runs. A question is on
-        # record before it is shown (operators and other workers look for it there).
-        fields = _status_snapshot(session)
+        # record before it is shown (operators and other workers look for it there); the
+        # other changes are written in the background, the latest of a burst once.
+        queued = not _keep_status(session.id, _status_snapshot(session))
         if session.status == "awaiting_elicit":
-            await write_now(_status_fields, session.id, fields)
-        else:
-            write_later(_status_fields, session.id, fields)
+            await write_now(_save_status, session.id)
+        elif not queued:
+            write_later(_save_status, session.id)
 
     async def capability_requested(
         self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]

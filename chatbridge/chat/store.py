@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from chatbridge.chat import lean_sql
 from chatbridge.chat.models import (
     ACTIVE_STATUSES,
     Conversation,
@@ -94,8 +95,8 @@ def _save_latest_phase(conversation_id: str) -> None:
         phase = _latest_phase.pop(conversation_id, None)
     if phase is None:
         return
-    Conversation.objects.filter(pk=conversation_id).update(phase=phase)
-    ToolSession.objects.filter(conversation_id=conversation_id, ended_at=None).update(phase=phase)
+    lean_sql.update(Conversation, {"phase": phase}, id=conversation_id)
+    lean_sql.update(ToolSession, {"phase": phase}, conversation_id=conversation_id, ended_at=None)
 
 
 def _resumable(conversation_id: str) -> list[ResumableCall]:

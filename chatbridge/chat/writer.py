@@ -1,11 +1,23 @@
-"""The process's database writer: writes leave the critical path, in order.
+"""The process's database writer: writes leave the critical path, in order, in groups.
 
 A ``Writer`` is owned by the process's runtime, which starts it and closes it (closing waits
-for every queued write). Writes run one after another in a worker thread (through
-``sync_to_async``), so their order is kept. Callers that need a write done (the journal entry
-that must exist before a tool acts on an answer) await it, which also waits for everything
-queued before it; a failed awaited write raises in the caller.
+for every queued write). Writes run on the writer's own thread and database connection, so they
+never wait behind the reads of sockets and views. Writes run as groups, one transaction per
+group (a group commit: one thread hop and one commit for many writes), each write in its own
+savepoint, so a write that fails is rolled back and reported alone while its group commits.
 
+Two lanes, each in order:
+
+- **awaited writes** (``write_now``: the journal entry that must exist before a tool acts on an
+  answer, a call's row, a message) run in the next group, ahead of background writes queued
+  earlier; a failed one raises in the caller. What may be overtaken is written so that the
+  order does not matter (status snapshots are superseded by a call's end, requests never
+  overwrite an answered entry, phases skip ended calls);
+- **background writes** (``write_later``: status, phases, requests, log lines) linger up to
+  ``LINGER`` seconds so that more join their group: under load one commit carries the writes of
+  many calls, and they stay off the thread while replies are being sent.
+
+``flush`` waits until every write queued before it, in both lanes, is done.
 ``write_later``/``write_now``/``flush`` reach the writer of the running runtime.
 """
 
@@ -14,16 +26,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connections, transaction
 
-__all__ = ["Writer", "WriterNotRunning", "flush", "write_later", "write_now"]
+__all__ = ["LINGER", "MAX_GROUP", "Writer", "WriterNotRunning", "flush", "write_later", "write_now"]
 
 logger = logging.getLogger("chatbridge.writer")
 
+MAX_GROUP = 256  # writes committed together at most
+LINGER = 0.002  # seconds a group of background writes gathers more
+
 _Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[None] | None"]
+_Outcome = BaseException | None
 
 
 class WriterNotRunning(RuntimeError):
@@ -31,11 +49,18 @@ class WriterNotRunning(RuntimeError):
 
 
 class Writer:
-    """An ordered queue of ORM writes and the task that runs them."""
+    """The two lanes of ORM writes, the task that hands them over in groups, and the thread
+    (with its own database connection) that runs them."""
 
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[_Job] | None = None
+        self._awaited: deque[_Job] = deque()
+        self._background: deque[_Job] = deque()  # flush barriers too (they carry a future)
+        self._barriers = 0  # flush barriers in ``_background``: no lingering while any wait
+        self._due = 0.0  # loop time by which the oldest background write must start
+        self._wake: asyncio.Event | None = None  # something is queued
+        self._hurry: asyncio.Event | None = None  # something queued must not linger
         self._task: asyncio.Task[None] | None = None
+        self._thread: ThreadPoolExecutor | None = None
         self._closing = False
 
     @property
@@ -47,59 +72,150 @@ class Writer:
         global _active
         if self._task is not None:
             raise RuntimeError("this Writer was started already")
-        self._queue = asyncio.Queue()
-        self._task = asyncio.create_task(self._work(self._queue), name="chatbridge-db-writer")
+        self._wake, self._hurry = asyncio.Event(), asyncio.Event()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="chatbridge-writer")
+        self._task = asyncio.create_task(self._work(), name="chatbridge-db-writer")
         _active = self
 
     async def aclose(self) -> None:
-        """Run every write queued so far, then stop."""
+        """Run every write queued so far, then stop (and close the writer's connection)."""
         global _active
         if self._task is None or self._closing:
             return
         self._closing = True
         try:
-            await self._enqueue(_nothing, ())
+            await self._barrier()
         finally:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            if self._thread is not None:
+                loop = asyncio.get_running_loop()
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self._thread, connections.close_all)
+                self._thread.shutdown(wait=True)
             if _active is self:
                 _active = None
 
     def later(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn(*args)`` (a sync ORM function); return at once."""
-        self._require().put_nowait((fn, args, None))
+        """Queue ``fn(*args)`` (a sync ORM function) in the background lane; return at once."""
+        self._check()
+        if not self._background:
+            self._due = asyncio.get_running_loop().time() + LINGER
+        self._background.append((fn, args, None))
+        self._signal(hurry=False)
 
     async def now(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn(*args)`` and wait until it (and every earlier write) is done."""
-        await self._enqueue(fn, args)
-
-    async def _enqueue(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._require(closing_ok=True).put_nowait((fn, args, done))
+        """Run ``fn(*args)`` in the next group (after the awaited writes queued before it) and
+        wait until it is done."""
+        self._check()
+        done = asyncio.get_running_loop().create_future()
+        self._awaited.append((fn, args, done))
+        self._signal(hurry=True)
         await done
 
-    def _require(self, *, closing_ok: bool = False) -> asyncio.Queue[_Job]:
-        if self._queue is None or self._task is None or self._task.done():
-            raise WriterNotRunning("The ChatBridge database writer is not running.")
-        if self._closing and not closing_ok:
-            raise WriterNotRunning("The ChatBridge database writer is closing.")
-        return self._queue
+    async def flush(self) -> None:
+        """Wait until every write queued so far, in both lanes, is done."""
+        self._check()
+        await self._barrier()
 
-    @staticmethod
-    async def _work(queue: asyncio.Queue[_Job]) -> None:
+    async def _barrier(self) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not self._background:
+            self._due = asyncio.get_running_loop().time()
+        self._background.append((_nothing, (), done))
+        self._barriers += 1
+        self._signal(hurry=True)
+        await done
+
+    def _check(self) -> None:
+        if self._wake is None or self._task is None or self._task.done():
+            raise WriterNotRunning("The ChatBridge database writer is not running.")
+        if self._closing:
+            raise WriterNotRunning("The ChatBridge database writer is closing.")
+
+    def _signal(self, *, hurry: bool) -> None:
+        assert self._wake is not None and self._hurry is not None
+        self._wake.set()
+        if hurry:
+            self._hurry.set()
+
+    def _next_group(self, now: float) -> list[_Job]:
+        """Awaited writes first, unless background writes are due (they never starve)."""
+        overdue = self._background and (now >= self._due or self._barriers)
+        lane = self._background if overdue or not self._awaited else self._awaited
+        group = [lane.popleft() for _ in range(min(len(lane), MAX_GROUP))]
+        if lane is self._background:
+            self._barriers -= sum(1 for _, _, done in group if done is not None)
+        return group
+
+    async def _work(self) -> None:
+        assert self._wake is not None and self._hurry is not None and self._thread is not None
+        loop = asyncio.get_running_loop()
         while True:
-            fn, args, done = await queue.get()
+            if not (self._awaited or self._background):
+                self._wake.clear()
+                await self._wake.wait()
+            if not (self._awaited or self._barriers) and (wait := self._due - loop.time()) > 0:
+                self._hurry.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), wait)
+            group = self._next_group(loop.time())
             try:
-                await sync_to_async(fn)(*args)
-            except Exception as exc:
-                if done is None:  # nobody waits for it: say so in the log
-                    logger.exception("background write %s failed", getattr(fn, "__name__", fn))
+                outcomes = await loop.run_in_executor(self._thread, _run_group, group)
+            except asyncio.CancelledError:  # closing: nobody may wait for ever
+                for _, _, done in group:
+                    if done is not None and not done.done():
+                        done.set_exception(WriterNotRunning("The writer was stopped."))
+                raise
+            for (fn, _, done), outcome in zip(group, outcomes, strict=True):
+                if outcome is None:
+                    if done is not None and not done.done():
+                        done.set_result(None)
+                elif done is None:  # nobody waits for it: say so in the log
+                    logger.error(
+                        "background write %s failed",
+                        getattr(fn, "__name__", fn),
+                        exc_info=(type(outcome), outcome, outcome.__traceback__),
+                    )
                 elif not done.done():
-                    done.set_exception(exc)
-                continue
-            if done is not None and not done.done():
-                done.set_result(None)
+                    done.set_exception(outcome)
+
+
+def _run_group(group: list[_Job]) -> list[_Outcome]:
+    """On the writer's thread: every write of ``group`` in one transaction, each in a
+    savepoint. If the transaction itself fails (the connection broke), every write of the
+    group that had not failed already fails with that error, and the connection is dropped so
+    the next group opens a new one."""
+    outcomes: list[_Outcome] = [None] * len(group)
+    if all(fn is _nothing for fn, _, _ in group):  # only flush barriers: nothing to write
+        return outcomes
+    if _stale():
+        close_old_connections()
+    try:
+        with transaction.atomic():
+            if len(group) == 1:  # its own transaction isolates it
+                group[0][0](*group[0][1])
+            else:
+                for n, (fn, args, _) in enumerate(group):
+                    try:
+                        with transaction.atomic():
+                            fn(*args)
+                    except Exception as exc:
+                        outcomes[n] = exc
+    except Exception as exc:
+        outcomes = [outcome or exc for outcome in outcomes]
+        if len(group) > 1 or connections["default"].errors_occurred:
+            with contextlib.suppress(Exception):
+                connections["default"].close()
+    return outcomes
+
+
+def _stale() -> bool:
+    """Whether the writer's connection must be checked: a statement on it failed. (Its age
+    does not count: the writer keeps its one connection for as long as it runs.)"""
+    connection = connections["default"]
+    return connection.connection is not None and bool(connection.errors_occurred)
 
 
 _active: Writer | None = None
@@ -120,13 +236,13 @@ def write_later(fn: Callable[..., Any], *args: Any) -> None:
 
 
 async def write_now(fn: Callable[..., Any], *args: Any) -> None:
-    """Queue ``fn(*args)`` and wait until it (and every earlier write) is done."""
+    """Run ``fn(*args)`` in the next group (after earlier awaited writes); wait for it."""
     await _writer().now(fn, *args)
 
 
 async def flush() -> None:
-    """Wait until every write queued so far is done."""
-    await write_now(_nothing)
+    """Wait until every write queued so far, in both lanes, is done."""
+    await _writer().flush()
 
 
 def _nothing() -> None:

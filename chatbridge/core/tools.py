@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +59,11 @@ class ToolHints:
         return {k: v for k, v in vars(self).items() if v is not None}
 
 
+@functools.cache
+def _schema_text(model: type[BaseModel]) -> str:
+    return json.dumps(model.model_json_schema())
+
+
 @dataclass(frozen=True)
 class McpTool(Generic[P, R]):
     """A tool: name, description, parameters model, elicitation surface and async body."""
@@ -73,12 +80,13 @@ class McpTool(Generic[P, R]):
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
-        """JSON Schema of the parameters (what the LLM and MCP clients are shown)."""
-        return self.parameters_model.model_json_schema()
+        """JSON Schema of the parameters (what the LLM and MCP clients are shown); a fresh
+        copy each time, drawn once per model (every turn lists every tool)."""
+        return cast(dict[str, Any], json.loads(_schema_text(self.parameters_model)))
 
     def elicit_schema(self, key: str) -> dict[str, Any]:
-        """JSON Schema of the response model for ``key``."""
-        return self.elicits[key].model_json_schema()
+        """JSON Schema of the response model for ``key`` (a fresh copy)."""
+        return cast(dict[str, Any], json.loads(_schema_text(self.elicits[key])))
 
     def function_spec(self) -> dict[str, Any]:
         """The tool in the OpenAI/litellm ``tools=[...]`` format."""

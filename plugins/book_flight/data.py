@@ -6,6 +6,7 @@ for codes not in the table); prices, times and taken seats from a hash of the ro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import secrets
@@ -199,19 +200,24 @@ def find_flight(flights: list[dict[str, Any]] | list[Flight], flight_id: str) ->
 
 def seat_map_for(flight_id: str) -> SeatMap:
     """The cabin of ``flight_id``; about a third of the seats are taken."""
-    taken = [
-        f"{row}{seat}"
-        for row in range(1, ROWS + 1)
-        for seat in SEATS
-        if _hash(flight_id, row, seat) % 100 < 35
-    ]
     return SeatMap(
         flight_id=flight_id,
         rows=ROWS,
         seats=SEATS,
         aisle_after="C",
         exit_rows=list(EXIT_ROWS),
-        taken=taken,
+        taken=list(_taken(flight_id)),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _taken(flight_id: str) -> tuple[str, ...]:
+    """The seats of ``flight_id`` taken by others (180 hashes: drawn once per flight)."""
+    return tuple(
+        f"{row}{seat}"
+        for row in range(1, ROWS + 1)
+        for seat in SEATS
+        if _hash(flight_id, row, seat) % 100 < 35
     )
 
 

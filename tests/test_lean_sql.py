@@ -1,0 +1,94 @@
+"""The writer's lean statements store exactly what the ORM stores (JSON, datetimes, UUIDs,
+defaults, NULL conditions), on SQLite here and on PostgreSQL in CI."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from chatbridge.chat import lean_sql
+from chatbridge.chat.models import Conversation, JournalRecord, ToolSession
+from tests.test_services import postgres_url, run_django  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AT = datetime(2026, 11, 23, 12, 30, 15, 123456, tzinfo=UTC)
+
+
+def exercise() -> dict[str, object]:
+    """Writes through lean_sql, read back through the ORM (also run on PostgreSQL)."""
+    conversation = Conversation.objects.create(owner="session:lean")
+    ToolSession.objects.create(id="call-1", conversation=conversation, tool_name="t", worker="w")
+    ToolSession.objects.create(id="call-2", conversation=conversation, tool_name="t", worker="w")
+    ToolSession.objects.filter(pk="call-2").update(ended_at=AT)
+    changed = lean_sql.update(
+        ToolSession,
+        {"status": "awaiting_elicit", "pending_context": {"seats": ["1A", "2B"], "n": 1.5},
+         "pending_since": AT, "pending_schema": None},
+        id="call-1", worker="w",
+    )  # fmt: skip
+    missed = lean_sql.update(ToolSession, {"status": "failed"}, id="call-1", worker="other")
+    live = lean_sql.update(
+        ToolSession, {"phase": "executing_tools"}, conversation_id=conversation.id, ended_at=None
+    )
+    renamed = lean_sql.update(Conversation, {"phase": "done"}, id=conversation.id)
+    lean_sql.insert(
+        JournalRecord,
+        {"session_id": "call-1", "seq": 0, "kind": "elicit", "key": "pick_seat",
+         "request": {"message": "Pick — a seat"}, "requested_at": AT},
+    )  # fmt: skip
+    found = lean_sql.select(JournalRecord, ("seq", "result"), session_id="call-1", seq=0)
+    nothing = lean_sql.select(JournalRecord, ("seq",), session_id="call-1", seq=9)
+    row = ToolSession.objects.get(pk="call-1")
+    record = JournalRecord.objects.get(session_id="call-1", seq=0)
+    return {
+        "counts": [changed, missed, live, renamed],
+        "status": row.status,
+        "context": row.pending_context,
+        "schema": row.pending_schema,
+        "since": row.pending_since.isoformat() if row.pending_since else None,
+        "phases": sorted(
+            ToolSession.objects.filter(conversation=conversation).values_list("phase", flat=True)
+        ),
+        "conversation_phase": Conversation.objects.get(pk=conversation.id).phase,
+        "record": [record.kind, record.key, record.request, record.result, record.rejected,
+                   record.elicit_id, record.scope, record.requested_at.isoformat()],
+        "found": list(found) if found else None,
+        "nothing": nothing,
+    }  # fmt: skip
+
+
+EXPECTED = {
+    "counts": [1, 0, 1, 1],
+    "status": "awaiting_elicit",
+    "context": {"seats": ["1A", "2B"], "n": 1.5},
+    "schema": None,
+    "since": AT.isoformat(),
+    "phases": ["", "executing_tools"],
+    "conversation_phase": "done",
+    "record": [
+        "elicit", "pick_seat", {"message": "Pick — a seat"}, None, [], "",
+        JournalRecord._meta.get_field("scope").get_default(), AT.isoformat(),
+    ],
+    "found": [0, None],
+    "nothing": None,
+}  # fmt: skip
+
+
+def test_lean_statements_store_what_the_orm_stores_on_sqlite() -> None:
+    assert exercise() == EXPECTED
+
+
+@pytest.mark.services
+def test_lean_statements_store_what_the_orm_stores_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+    out = run_django(
+        "import json\n"
+        "from django.core.management import call_command\n"
+        "call_command('migrate', verbosity=0)\n"
+        "from tests.test_lean_sql import exercise\n"
+        "print(json.dumps(exercise()))\n",
+        DATABASE_URL=postgres_url,
+    )
+    assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(EXPECTED))

@@ -1,0 +1,116 @@
+"""The database writer: awaited writes first, background writes in groups that never starve,
+one transaction per group, and a failing write reported alone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+from django.db import transaction
+
+from chatbridge.chat.models import Conversation
+from chatbridge.chat.writer import Writer, WriterNotRunning
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def writer() -> AsyncIterator[Writer]:
+    started = Writer()
+    await started.start()
+    yield started
+    await started.aclose()
+
+
+def titled(title: str) -> None:
+    Conversation.objects.create(owner="session:writer", title=title)
+
+
+def fails() -> None:
+    titled("rolled back")
+    raise ValueError("this write fails")
+
+
+async def titles() -> list[str]:
+    return [c.title async for c in Conversation.objects.order_by("created_at", "title")]
+
+
+async def test_an_awaited_write_runs_before_background_writes_queued_earlier(
+    writer: Writer,
+) -> None:
+    ran: list[str] = []
+    writer.later(ran.append, "background")
+    await writer.now(ran.append, "awaited")
+    assert ran == ["awaited"]  # the background write still gathers company
+    await writer.flush()
+    assert ran == ["awaited", "background"]
+
+
+async def test_background_writes_are_not_starved_by_a_stream_of_awaited_writes(
+    writer: Writer,
+) -> None:
+    ran: list[str] = []
+    writer.later(ran.append, "background")
+    awaited = 0
+    while "background" not in ran:
+        await writer.now(ran.append, "awaited")
+        awaited += 1
+        assert awaited < 10_000, "the background write never ran"
+    assert ran[-1] in ("background", "awaited")
+
+
+async def test_background_writes_queued_together_commit_together(writer: Writer) -> None:
+    events: list[tuple[str, int]] = []
+
+    def job(n: int) -> None:
+        events.append(("ran", n))
+        transaction.on_commit(lambda: events.append(("committed", n)))
+
+    for n in range(20):
+        writer.later(job, n)
+    await writer.flush()
+    assert events == [("ran", n) for n in range(20)] + [("committed", n) for n in range(20)]
+
+
+async def test_writes_run_on_the_writers_own_thread(writer: Writer) -> None:
+    names: list[str] = []
+    await writer.now(lambda: names.append(threading.current_thread().name))
+    assert names[0].startswith("chatbridge-writer")
+    assert names[0] != threading.current_thread().name
+
+
+async def test_a_failing_background_write_is_logged_and_its_group_commits(
+    writer: Writer, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer.later(titled, "first")
+    writer.later(fails)
+    writer.later(titled, "second")
+    with caplog.at_level(logging.ERROR, logger="chatbridge.writer"):
+        await writer.flush()
+    assert sorted(await titles()) == ["first", "second"]
+    assert "background write fails failed" in caplog.text
+    assert "this write fails" in caplog.text
+
+
+async def test_a_failing_awaited_write_raises_in_its_caller_alone(writer: Writer) -> None:
+    writer.later(titled, "kept")
+    other = asyncio.create_task(writer.now(titled, "also kept"))
+    with pytest.raises(ValueError, match="this write fails"):
+        await writer.now(fails)
+    await other
+    await writer.flush()
+    assert sorted(await titles()) == ["also kept", "kept"]
+
+
+async def test_closing_runs_every_queued_write_and_refuses_new_ones() -> None:
+    writer = Writer()
+    await writer.start()
+    for n in range(5):
+        writer.later(titled, f"t{n}")
+    await writer.aclose()
+    assert sorted(await titles()) == [f"t{n}" for n in range(5)]
+    with pytest.raises(WriterNotRunning):
+        writer.later(titled, "late")
