@@ -14,7 +14,7 @@ import threading
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatbridge.settings")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from chatbridge.http_handler import get_asgi_application  # noqa: E402
 
 # Django must be set up before anything imports models or consumers.
 django_asgi_app = get_asgi_application()

@@ -40,6 +40,16 @@ def exercise() -> dict[str, object]:
          "request": {"message": "Pick — a seat"}, "requested_at": AT},
     )  # fmt: skip
     found = lean_sql.select(JournalRecord, ("seq", "result"), session_id="call-1", seq=0)
+    lean_sql.update(JournalRecord, {"result": {"action": "accept", "n": [1, 2]}}, seq=0)
+    lean_sql.insert(
+        JournalRecord,
+        {"session_id": "call-1", "seq": 1, "kind": "step", "key": "k", "requested_at": AT,
+         "scope": "", "pos": 1},
+    )  # fmt: skip
+    listed = lean_sql.rows(JournalRecord, ("seq", "result", "request"), "seq", session_id="call-1")
+    locked = lean_sql.select(ToolSession, ("pending_context",), for_update=True, id="call-1")
+    top = lean_sql.max_of(JournalRecord, "seq", session_id="call-1")
+    none = lean_sql.max_of(JournalRecord, "seq", session_id="call-2")
     nothing = lean_sql.select(JournalRecord, ("seq",), session_id="call-1", seq=9)
     row = ToolSession.objects.get(pk="call-1")
     record = JournalRecord.objects.get(session_id="call-1", seq=0)
@@ -57,6 +67,9 @@ def exercise() -> dict[str, object]:
                    record.elicit_id, record.scope, record.requested_at.isoformat()],
         "found": list(found) if found else None,
         "nothing": nothing,
+        "listed": [list(r) for r in listed],
+        "locked": list(locked) if locked else None,
+        "max": [top, none],
     }  # fmt: skip
 
 
@@ -69,11 +82,18 @@ EXPECTED = {
     "phases": ["", "executing_tools"],
     "conversation_phase": "done",
     "record": [
-        "elicit", "pick_seat", {"message": "Pick — a seat"}, None, [], "",
+        "elicit", "pick_seat", {"message": "Pick — a seat"},
+        {"action": "accept", "n": [1, 2]}, [], "",
         JournalRecord._meta.get_field("scope").get_default(), AT.isoformat(),
     ],
     "found": [0, None],
     "nothing": None,
+    "listed": [
+        [0, {"action": "accept", "n": [1, 2]}, {"message": "Pick — a seat"}],
+        [1, None, {}],
+    ],
+    "locked": [{"seats": ["1A", "2B"], "n": 1.5}],
+    "max": [1, None],
 }  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.utils import timezone
 
-__all__ = ["insert", "select", "update"]
+__all__ = ["insert", "max_of", "rows", "select", "update"]
 
 
 def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
@@ -43,14 +43,53 @@ def insert(model: type[Model], values: dict[str, Any]) -> None:
         cursor.execute(sql, [_prep(f, v) for f, v in zip(fields, row.values(), strict=True)])
 
 
-def select(model: type[Model], columns: tuple[str, ...], **where: Any) -> tuple[Any, ...] | None:
-    """The first row's ``columns`` (raw database values) of ``model`` matching ``where``."""
-    keys = tuple(where)
-    sql, fields = _select_sql(model, columns, keys, connection.vendor)
+def select(
+    model: type[Model], columns: tuple[str, ...], *, for_update: bool = False, **where: Any
+) -> tuple[Any, ...] | None:
+    """The first row's ``columns`` of ``model`` matching ``where`` (JSON decoded, other values
+    as the database gives them), locked for the transaction with ``for_update`` where the
+    database locks rows."""
+    found = _query(model, columns, where, "", 1, for_update)
+    return found[0] if found else None
+
+
+def rows(model: type[Model], columns: tuple[str, ...], order_by: str, **where: Any) -> list[Any]:
+    """Every matching row's ``columns``, in ``order_by`` order (a column name)."""
+    return _query(model, columns, where, order_by, 0, False)
+
+
+def max_of(model: type[Model], column: str, **where: Any) -> Any:
+    """The largest ``column`` of the matching rows (``None`` when there are none)."""
+    sql, fields = _max_sql(model, column, tuple(where), connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, [_prep(f, v) for f, v in zip(fields, where.values(), strict=True)])
         row = cursor.fetchone()
-    return tuple(row) if row is not None else None
+    return row[0] if row else None
+
+
+def _query(
+    model: type[Model],
+    columns: tuple[str, ...],
+    where: dict[str, Any],
+    order_by: str,
+    limit: int,
+    for_update: bool,
+) -> list[tuple[Any, ...]]:
+    lock = for_update and connection.features.has_select_for_update
+    sql, fields, decoders = _select_sql(
+        model, columns, tuple(where), order_by, limit, lock, connection.vendor
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_prep(f, v) for f, v in zip(fields, where.values(), strict=True)])
+        found = cursor.fetchall()
+    return [_decoded(row, decoders) for row in found]
+
+
+def _decoded(row: tuple[Any, ...], decoders: list[Any]) -> tuple[Any, ...]:
+    return tuple(
+        v if d is None else d.from_db_value(v, None, connection)
+        for v, d in zip(row, decoders, strict=True)
+    )
 
 
 def _prep(field: Field[Any, Any], value: Any) -> Any:
@@ -99,12 +138,38 @@ def _insert_sql(
 
 @cache
 def _select_sql(
-    model: type[Model], columns: tuple[str, ...], keys: tuple[str, ...], vendor: str
-) -> tuple[str, list[Field[Any, Any]]]:
+    model: type[Model],
+    columns: tuple[str, ...],
+    keys: tuple[str, ...],
+    order_by: str,
+    limit: int,
+    lock: bool,
+    vendor: str,
+) -> tuple[str, list[Field[Any, Any]], list[Any]]:
     wanted = ", ".join(_column(model, c) for c in columns)
     conditions = " AND ".join(f"{_column(model, k)} = %s" for k in keys)
+    sql = f"SELECT {wanted} FROM {_table(model)} WHERE {conditions}"
+    if order_by:
+        sql += f" ORDER BY {_column(model, order_by)}"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    if lock:
+        sql += " FOR UPDATE"
     fields = [_field(model, k) for k in keys]
-    return f"SELECT {wanted} FROM {_table(model)} WHERE {conditions} LIMIT 1", fields
+    decoders = [
+        f if f.get_internal_type() == "JSONField" else None
+        for f in (_field(model, c) for c in columns)
+    ]
+    return sql, fields, decoders
+
+
+@cache
+def _max_sql(
+    model: type[Model], column: str, keys: tuple[str, ...], vendor: str
+) -> tuple[str, list[Field[Any, Any]]]:
+    conditions = " AND ".join(f"{_column(model, k)} = %s" for k in keys)
+    sql = f"SELECT MAX({_column(model, column)}) FROM {_table(model)} WHERE {conditions}"
+    return sql, [_field(model, k) for k in keys]
 
 
 def _defaults(model: type[Model]) -> dict[str, Any]:

@@ -80,14 +80,19 @@ class Message(models.Model):
         return f"{self.role} #{self.seq}"
 
     def as_llm_message(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": self.role, "content": self.content or None}
-        if self.tool_calls:
-            message["tool_calls"] = self.tool_calls
-        if self.tool_call_id:
-            message["tool_call_id"] = self.tool_call_id
-        if self.role != "assistant" and message["content"] is None:
-            message["content"] = ""
-        return message
+        return as_llm_message(self.role, self.content, self.tool_calls, self.tool_call_id)
+
+
+def as_llm_message(role: str, content: str, tool_calls: Any, tool_call_id: str) -> dict[str, Any]:
+    """A stored message as the model reads it."""
+    message: dict[str, Any] = {"role": role, "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if role != "assistant" and message["content"] is None:
+        message["content"] = ""
+    return message
 
 
 ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")

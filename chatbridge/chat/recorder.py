@@ -184,16 +184,17 @@ def _save_notes(call_id: str) -> None:
         notes = _notes.pop(call_id, None)
     if notes is None:
         return
-    with transaction.atomic():
-        row = _held(call_id).select_for_update().only("logs", "progress").first()
+    with transaction.atomic():  # the row locked: the kept lines are read, then extended
+        row = lean_sql.select(ToolSession, ("logs",), for_update=True, id=call_id, worker=WORKER_ID)
         if row is None:
             return
         fields: dict[str, Any] = {}
         if notes["logs"]:
-            fields["logs"] = [*(row.logs or []), *notes["logs"]][-MAX_LOG_LINES:]
+            fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
         if notes["progress"] is not None:
             fields["progress"] = notes["progress"]
-        _held(call_id).update(**fields)
+        if fields:
+            lean_sql.update(ToolSession, fields, id=call_id, worker=WORKER_ID)
 
 
 def _plain(data: dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from chatbridge.chat import lean_sql
@@ -20,6 +20,7 @@ from chatbridge.chat.models import (
     Message,
     ToolSession,
     WorkerHeartbeat,
+    as_llm_message,
 )
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
@@ -52,27 +53,38 @@ def owner_key(user: Any, session_key: str | None) -> str | None:
 
 
 def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
-    with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
-        last = conversation.messages.aggregate(m=Max("seq"))["m"] or 0
-        Message.objects.create(
-            id=message_id,
-            conversation=conversation,
-            seq=last + 1,
-            role=message["role"],
-            content=message.get("content") or "",
-            tool_calls=message.get("tool_calls"),
-            tool_call_id=message.get("tool_call_id") or "",
-            stopped=bool(message.get("stopped")),  # not part of what the model reads
+    with transaction.atomic():  # the conversation's row locked: one writer of its next seq
+        if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
+            raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+        last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
+        now = timezone.now()
+        lean_sql.insert(
+            Message,
+            {
+                "id": message_id,
+                "conversation_id": conversation_id,
+                "seq": last + 1,
+                "role": message["role"],
+                "content": message.get("content") or "",
+                "tool_calls": message.get("tool_calls"),
+                "tool_call_id": message.get("tool_call_id") or "",
+                "stopped": bool(message.get("stopped")),  # not part of what the model reads
+                "created_at": now,
+            },
         )
+        changed: dict[str, Any] = {"updated_at": now}
         if message["role"] == "user" and last == 0:
             text = " ".join(str(message.get("content") or "").split())
-            conversation.title = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
-        conversation.save(update_fields=["title", "updated_at"])
+            changed["title"] = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
+        lean_sql.update(Conversation, changed, id=conversation_id)
 
 
 def _messages(conversation_id: str) -> list[dict[str, Any]]:
-    return [m.as_llm_message() for m in Message.objects.filter(conversation_id=conversation_id)]
+    columns = ("role", "content", "tool_calls", "tool_call_id")
+    return [
+        as_llm_message(*row)
+        for row in lean_sql.rows(Message, columns, "seq", conversation_id=conversation_id)
+    ]
 
 
 # A turn passes through several phases in a few milliseconds; only the latest one needs

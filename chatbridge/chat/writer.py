@@ -1,8 +1,11 @@
 """The process's database writer: writes leave the critical path, in order, in groups.
 
 A ``Writer`` is owned by the process's runtime, which starts it and closes it (closing waits
-for every queued write). Writes run on the writer's own thread and database connection, so they
-never wait behind the reads of sockets and views. Writes run as groups, one transaction per
+for every queued write). On PostgreSQL writes run on the writer's own thread and connection, so
+they never wait behind the reads of sockets and views. On SQLite they run on the thread (and so
+the connection) every other database call of the process uses: SQLite has one writer at a time,
+and two connections of one process would only wait for each other's locks (its busy handler
+sleeps a millisecond and more per retry). Writes run as groups, one transaction per
 group (a group commit: one thread hop and one commit for many writes), each write in its own
 savepoint, so a write that fails is rolled back and reported alone while its group commits.
 
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 
 __all__ = ["LINGER", "MAX_GROUP", "Writer", "WriterNotRunning", "flush", "write_later", "write_now"]
@@ -73,7 +77,8 @@ class Writer:
         if self._task is not None:
             raise RuntimeError("this Writer was started already")
         self._wake, self._hurry = asyncio.Event(), asyncio.Event()
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="chatbridge-writer")
+        if connections["default"].vendor != "sqlite":
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="chatbridge-writer")
         self._task = asyncio.create_task(self._work(), name="chatbridge-db-writer")
         _active = self
 
@@ -150,8 +155,9 @@ class Writer:
         return group
 
     async def _work(self) -> None:
-        assert self._wake is not None and self._hurry is not None and self._thread is not None
+        assert self._wake is not None and self._hurry is not None
         loop = asyncio.get_running_loop()
+        shared = sync_to_async(_run_group, thread_sensitive=True)
         while True:
             if not (self._awaited or self._background):
                 self._wake.clear()
@@ -162,7 +168,10 @@ class Writer:
                     await asyncio.wait_for(self._hurry.wait(), wait)
             group = self._next_group(loop.time())
             try:
-                outcomes = await loop.run_in_executor(self._thread, _run_group, group)
+                if self._thread is None:
+                    outcomes = await shared(group)
+                else:
+                    outcomes = await loop.run_in_executor(self._thread, _run_group, group)
             except asyncio.CancelledError:  # closing: nobody may wait for ever
                 for _, _, done in group:
                     if done is not None and not done.done():
