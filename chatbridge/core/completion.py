@@ -48,7 +48,7 @@ async def stream_completion(
     """Yield text deltas; when the iterator ends, ``result`` holds the whole reply."""
     from chatbridge.llm import litellm_module
 
-    litellm = litellm_module()
+    litellm = litellm_module(model)
     kwargs: dict[str, Any] = {"tools": list(tools)} if tools else {}
     stream = await litellm.acompletion(model=model, messages=list(messages), stream=True, **kwargs)
     chunks = []

@@ -90,7 +90,7 @@ class LiteLLMSampler:
     async def __call__(self, request: SampleRequest) -> SampleResult:
         from chatbridge.llm import litellm_module  # imported lazily: litellm takes seconds
 
-        litellm = litellm_module()
+        litellm = litellm_module(self.model)
         kwargs: dict[str, Any] = dict(self.options)
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
