@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from chatbridge.chat.models import Conversation
 from chatbridge.chat.writer import Writer, WriterNotRunning
@@ -31,8 +32,18 @@ def titled(title: str) -> None:
 
 
 def fails() -> None:
-    titled("rolled back")
+    Conversation.objects.create(id=TAKEN, owner="session:writer", title="refused")
+
+
+def taken() -> None:
+    Conversation.objects.create(id=TAKEN, owner="session:writer", title="x")
+
+
+def raises() -> None:
     raise ValueError("this write fails")
+
+
+TAKEN = uuid.uuid4()
 
 
 async def titles() -> list[str]:
@@ -92,13 +103,16 @@ async def test_writes_run_off_the_event_loop_on_the_thread_the_database_wants(
 async def test_a_failing_background_write_is_logged_and_its_group_commits(
     writer: Writer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    await writer.now(taken)
     writer.later(titled, "first")
-    writer.later(fails)
+    writer.later(fails)  # a statement the database refuses (the id is taken)
+    writer.later(raises)
     writer.later(titled, "second")
     with caplog.at_level(logging.ERROR, logger="chatbridge.writer"):
         await writer.flush()
-    assert sorted(await titles()) == ["first", "second"]
+    assert sorted(await titles()) == ["first", "second", "x"]
     assert "background write fails failed" in caplog.text
+    assert "background write raises failed" in caplog.text
     assert "this write fails" in caplog.text
 
 
@@ -106,10 +120,13 @@ async def test_a_failing_awaited_write_raises_in_its_caller_alone(writer: Writer
     writer.later(titled, "kept")
     other = asyncio.create_task(writer.now(titled, "also kept"))
     with pytest.raises(ValueError, match="this write fails"):
+        await writer.now(raises)
+    await writer.now(taken)
+    with pytest.raises(IntegrityError):
         await writer.now(fails)
     await other
     await writer.flush()
-    assert sorted(await titles()) == ["also kept", "kept"]
+    assert sorted(await titles()) == ["also kept", "kept", "x"]
 
 
 async def test_closing_runs_every_queued_write_and_refuses_new_ones() -> None:

@@ -192,26 +192,39 @@ class Writer:
 
 
 def _run_group(group: list[_Job]) -> list[_Outcome]:
-    """On the writer's thread: every write of ``group`` in one transaction, each in a
-    savepoint. If the transaction itself fails (the connection broke), every write of the
-    group that had not failed already fails with that error, and the connection is dropped so
-    the next group opens a new one."""
+    """On the database thread: every write of ``group`` in one transaction.
+
+    An awaited write runs in a savepoint of its own: when it fails, only it is rolled back and
+    its caller gets the error. So does every write on PostgreSQL, where a failed statement
+    spoils the rest of the transaction. Background writes on SQLite go without (two statements
+    saved per write): SQLite undoes a failed statement alone and the transaction goes on, so a
+    failed background write is reported and the group commits; what that write had changed
+    before its failing statement stays (each of them writes one row, or rows that need not
+    change together). If the transaction itself fails (the
+    connection broke), every write of the group that had not failed already fails with that
+    error, and the connection is dropped so the next group opens a new one."""
     outcomes: list[_Outcome] = [None] * len(group)
     if all(fn is _nothing for fn, _, _ in group):  # only flush barriers: nothing to write
         return outcomes
     if _stale():
         close_old_connections()
+    every_one = connections["default"].vendor != "sqlite"
     try:
         with transaction.atomic():
             if len(group) == 1:  # its own transaction isolates it
                 group[0][0](*group[0][1])
             else:
-                for n, (fn, args, _) in enumerate(group):
+                for n, (fn, args, done) in enumerate(group):
                     try:
-                        with transaction.atomic():
+                        if done is not None or every_one:
+                            with transaction.atomic():
+                                fn(*args)
+                        else:
                             fn(*args)
                     except Exception as exc:
                         outcomes[n] = exc
+                        if done is None and not every_one:  # SQLite undid the statement alone
+                            transaction.set_rollback(False)
     except Exception as exc:
         outcomes = [outcome or exc for outcome in outcomes]
         if len(group) > 1 or connections["default"].errors_occurred:
