@@ -49,20 +49,20 @@ def _pending_fields(session: PluginSession) -> dict[str, Any]:
 
 
 def _started(session: PluginSession) -> None:
-    ToolSession.objects.update_or_create(
-        id=session.id,
-        defaults={
-            "conversation_id": session.meta.get("conversation_id"),
-            "tool_name": session.tool_name,
-            "arguments": session.params.model_dump(mode="json"),
-            "status": session.status,
-            "worker": WORKER_ID,
-            "transport": session.meta.get("transport", "chat"),
-            "client": session.meta.get("client", ""),
-            "meta": dict(session.meta),
-            "ended_at": None,
-        },
-    )
+    fields = {
+        "conversation_id": session.meta.get("conversation_id"),
+        "tool_name": session.tool_name,
+        "arguments": session.params.model_dump(mode="json"),
+        "status": session.status,
+        "worker": WORKER_ID,
+        "transport": session.meta.get("transport", "chat"),
+        "client": session.meta.get("client", ""),
+        "meta": dict(session.meta),
+        "ended_at": None,
+        "updated_at": timezone.now(),
+    }
+    if not lean_sql.update(ToolSession, fields, id=session.id):  # a resumed call has its row
+        lean_sql.insert(ToolSession, {"id": session.id, **fields})
 
 
 def _status_snapshot(session: PluginSession) -> dict[str, Any]:
