@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest pytest-fast fuzz bench clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest pytest-fast fuzz bench bench-quick clean
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -80,6 +80,14 @@ pytest-fast: setup browser npm-clients
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
 fuzz: setup
 	CHATBRIDGE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/test_reliability.py -k fuzzed -p no:cacheprovider --timeout 3600
+
+# The benchmarks of bench/ (every goal of bench/RESULTS.md, measured side by side; they append
+# their results there). bench-quick runs smaller sizes in under two minutes.
+bench: setup
+	$(BIN)/python bench/run_all.py
+
+bench-quick: setup
+	$(BIN)/python bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) $(CLIENTS)/node_modules db.sqlite3 test-db.sqlite3 staticfiles .mypy_cache .ruff_cache .pytest_cache
