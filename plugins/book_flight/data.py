@@ -210,7 +210,7 @@ def seat_map_for(flight_id: str) -> SeatMap:
     )
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)  # about 3 KB a flight
 def _taken(flight_id: str) -> tuple[str, ...]:
     """The seats of ``flight_id`` taken by others (180 hashes: drawn once per flight)."""
     return tuple(
