@@ -1,4 +1,4 @@
-"""Load: N concurrent chats each booking a flight against one daphne worker, real WebSockets.
+"""Load: N concurrent chats each booking a flight against one worker, real WebSockets.
 
 Every chat is a separate browser (own cookie, own conversation, own socket; aiohttp). All N
 sockets are opened first, in batches (the ramp), and stay open. Then each chat runs the whole
@@ -10,7 +10,11 @@ completed → turn done. Chats start spread over ``--spread`` seconds and think
 Elicit round trip = answer sent → next form received: pick_flight → pick_seat, and pick_seat →
 review (the payment page is not timed). Goal: p99 ≤ 50 ms with zero errors at N = 1000.
 
-    .venv/bin/python bench/load.py [--chats 1000] [--spread 20] [--think 0.5]
+    .venv/bin/python bench/load.py [--chats 1000] [--spread 20] [--think 0.5] [--server uvicorn]
+
+The server is daphne unless ``--server uvicorn`` (the production command's server).
+``booking`` and ``visit`` (a browser arriving at a fixed time: open the page and its socket,
+then book) are the flow ``capacity.py`` offers at fixed rates.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -45,6 +50,8 @@ class Stats:
         self.flight_rt: list[float] = []  # pick_flight answer → pick_seat form
         self.seat_rt: list[float] = []  # pick_seat answer → review form
         self.first_form: list[float] = []  # user message → pick_flight form
+        self.open_rt: list[float] = []  # GET / → socket open → conversation_state (visit)
+        self.start_lag: list[float] = []  # client lateness against the schedule (visit)
         self.errors: list[str] = []
         self.completed = 0
         self.in_flight = 0
@@ -79,6 +86,31 @@ async def booking(chat: Chat, stats: Stats, delay: float, think: float, timeout:
         stats.errors.append(f"{type(exc).__name__}: {exc}"[:200])
     finally:
         stats.in_flight -= 1
+
+
+async def visit(
+    http: Any, base: str, stats: Stats, start_at: float, think: float, timeout: float
+) -> None:
+    """A browser arriving at ``start_at`` (``time.perf_counter()``): GET / (its cookie and
+    conversation), open the socket, then book (``booking``). Open loop: the arrival time is
+    fixed in advance, however slow the server is; ``stats.start_lag`` says how late the client
+    itself was."""
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    stats.start_lag.append(time.perf_counter() - start_at)
+    chat = Chat(http, base)
+    try:
+        t0 = time.perf_counter()
+        await chat.open()
+        await chat.next("conversation_state", timeout)
+        stats.open_rt.append(time.perf_counter() - t0)
+    except Exception as exc:
+        stats.errors.append(f"open: {type(exc).__name__}: {exc}"[:200])
+        await chat.close()
+        return
+    try:
+        await booking(chat, stats, 0.0, think, timeout)
+    finally:
+        await chat.close()
 
 
 async def run(
@@ -126,6 +158,7 @@ async def run(
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
     parser.add_argument("--chats", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--spread", type=float, default=20.0)
@@ -142,7 +175,7 @@ async def main() -> None:
     random.seed(1)
     site = BenchSite(plugin_settings=False)
     port = free_port()
-    proc = site.start("daphne", port)
+    proc = site.start(args.server, port)
     try:
         rss0 = rss_kib(proc.pid)
         out = await run(
@@ -155,7 +188,7 @@ async def main() -> None:
     ladder_rows = []
     for size in [int(x) for x in args.ladder.split(",") if x.strip()]:
         port = free_port()
-        proc = site.start("daphne", port)
+        proc = site.start(args.server, port)
         try:
             res = await run(
                 f"http://127.0.0.1:{port}", size, args.batch, 10.0, args.think, 60.0, 60.0
@@ -202,12 +235,12 @@ async def main() -> None:
         ["bookings completed", stats.completed],
         ["errors (connect + flow)", f"{len(out['connect_errors'])} + {len(stats.errors)}"],
         ["flow wall time, s", f"{out['flow_s']:.1f}"],
-        ["daphne RSS with sockets open before / after, MiB", f"{rss0 / 1024:.0f} / {rss1 / 1024:.0f}"],
+        [f"{args.server} RSS with sockets open before / after, MiB", f"{rss0 / 1024:.0f} / {rss1 / 1024:.0f}"],
         ["client fd limit", limit],
     ]  # fmt: skip
     p99 = flight["p99"]  # the elicit round trip: answer → next form (seat → done has no form)
     body = [
-        f"One daphne process (in-memory channel layer, SQLite, DJANGO_DEBUG=0), {args.chats} "
+        f"One {args.server} process (in-memory channel layer, SQLite, DJANGO_DEBUG=0), {args.chats} "
         "browsers with their own cookie and socket, all open before the flows start.",
         "",
         table(["fact", "value"], facts),
@@ -225,7 +258,7 @@ async def main() -> None:
     if ladder_rows:
         body += [
             "",
-            "Smaller loads on a fresh daphne each (starts spread over 10 s, same think time), "
+            f"Smaller loads on a fresh {args.server} each (starts spread over 10 s, same think time), "
             "until one misses p99 ≤ 50 ms (flight → seat form) or has errors:",
             "",
             table(
@@ -237,7 +270,9 @@ async def main() -> None:
     sample = (out["connect_errors"] + stats.errors)[:5]
     if sample:
         body += ["", "First errors: " + "; ".join(f"`{e}`" for e in sample)]
-    append_results(f"Load: {args.chats} concurrent booking chats on one daphne", "\n".join(body))
+    append_results(
+        f"Load: {args.chats} concurrent booking chats on one {args.server}", "\n".join(body)
+    )
 
 
 if __name__ == "__main__":
