@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run_all.py [--quick] [--skip capacity] [--with load,diagnose]
 
-The full run measures every goal of issue 16 (about 20 minutes on 2 cores); ``--quick`` runs
+The full run measures every goal of issue 16 (about 5 minutes on 2 cores); ``--quick`` runs
 smaller sizes of the same scripts in under two minutes (a smoke test: its figures are noisy).
 ``load`` (1,000 open chats on one worker) and ``diagnose`` (what a round trip costs, one part
 removed at a time) are for investigation and run only when asked for with ``--with``.
