@@ -16,10 +16,10 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import uvicorn  # noqa: E402
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
+from bench.mcp_sdk_server import serve  # noqa: E402
 from chatbridge.core.model_context import encode_message  # noqa: E402
 from plugins.book_flight.data import find_flight, search_flights, seat_map_for  # noqa: E402
 
@@ -67,15 +67,9 @@ async def book_two(origin: str, destination: str, ctx: Context) -> dict[str, obj
             return {"booked": False}
         if seat.data.row <= seat_map.rows and not seat_map.is_taken(seat.data.row, seat.data.seat):
             break
+    await ctx.report_progress(3, 4, f"Seat {seat.data.row}{seat.data.seat} held")
     return {"booked": True, "flight": flight.number, "seat": f"{seat.data.row}{seat.data.seat}"}
 
 
 if __name__ == "__main__":
-    uvicorn.run(
-        server.streamable_http_app(),
-        host="127.0.0.1",
-        port=int(sys.argv[1]),
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
+    serve(server, int(sys.argv[1]))

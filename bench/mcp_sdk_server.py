@@ -31,12 +31,17 @@ async def loop_ask(count: int, ctx: Context) -> int:
     return answered
 
 
-if __name__ == "__main__":
+def serve(mcp_server: MCPServer, port: int) -> None:
+    """Serve ``mcp_server`` over streamable HTTP with uvicorn on loopback ``port``."""
     uvicorn.run(
-        server.streamable_http_app(),
+        mcp_server.streamable_http_app(),
         host="127.0.0.1",
-        port=int(sys.argv[1]),
+        port=port,
         log_level="warning",
         access_log=False,
         lifespan="on",
     )
+
+
+if __name__ == "__main__":
+    serve(server, int(sys.argv[1]))

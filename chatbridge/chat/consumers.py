@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -169,15 +170,20 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         # the state and the open forms below are sent.
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
         attach(self.conversation_id, self)
-        await self.accept()
-        remember_origin(self.conversation_id, _page_origin(self.scope))
-        hub = current_runtime().hub
-        await self.send_event(hub.state(self.conversation_id))
-        for form in hub.pending_forms(self.conversation_id):
-            await self.send_event(form)
-        self._sender = asyncio.create_task(self._send_outbox(), name="chatbridge-socket-outbox")
-        # Calls suspended in a process that is gone come back by replay (their forms follow).
-        await hub.recover(self.conversation_id)
+        try:
+            await self.accept()
+            remember_origin(self.conversation_id, _page_origin(self.scope))
+            hub = current_runtime().hub
+            await self.send_event(hub.state(self.conversation_id))
+            for form in hub.pending_forms(self.conversation_id):
+                await self.send_event(form)
+            self._sender = asyncio.create_task(self._send_outbox(), name="chatbridge-socket-outbox")
+            # Calls suspended in a process that is gone come back by replay (forms follow).
+            await hub.recover(self.conversation_id)
+        except BaseException:  # a socket that failed to start leaves nothing behind
+            with contextlib.suppress(Exception):
+                await self.disconnect(1011)
+            raise
 
     async def disconnect(self, code: int) -> None:
         self.closed = True

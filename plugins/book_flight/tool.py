@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from chatbridge import AnswerRefused, ToolContext, answer_rule, create_mcp_tool
 from plugins.book_flight.data import (
+    Flight,
     SeatMap,
     find_flight,
     issue_ticket,
@@ -16,7 +17,15 @@ from plugins.book_flight.data import (
     seat_map_for,
 )
 
-__all__ = ["BookFlightParams", "PaymentDone", "PickFlight", "PickSeat", "Review", "book_flight"]
+__all__ = [
+    "BookFlightParams",
+    "PaymentDone",
+    "PickFlight",
+    "PickSeat",
+    "Review",
+    "book_flight",
+    "pick_flight_and_seat",
+]
 
 
 class BookFlightParams(BaseModel):
@@ -78,7 +87,11 @@ class PaymentDone(BaseModel):
 _PAST = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
 
 
-async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[str, Any]:
+async def pick_flight_and_seat(
+    params: BookFlightParams, ctx: ToolContext
+) -> tuple[Flight, str] | dict[str, Any]:
+    """A booking's first two questions: a flight on the route, then a free seat on it. The
+    flight and the seat's label, or the result of a booking that stops here."""
     origin, destination = params.origin.upper(), params.destination.upper()
     await ctx.log("info", "Searching flights", origin=origin, destination=destination)
     flights = search_flights(origin, destination)
@@ -109,6 +122,16 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
         return {"booked": False, "reason": f"seat selection {_PAST[seat.action]}"}
     label = f"{seat.content.row}{seat.content.seat}"  # PickSeat's rules: in the cabin and free
     await ctx.notify(f"Seat {label} held", progress=3, total=4)
+
+    return flight, label
+
+
+async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[str, Any]:
+    chosen = await pick_flight_and_seat(params, ctx)
+    if isinstance(chosen, dict):
+        return chosen
+    flight, label = chosen
+    origin, destination = params.origin.upper(), params.destination.upper()
 
     price = flight.price_usd
     review = await ctx.elicit(
