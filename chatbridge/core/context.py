@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 from chatbridge.core.approval import APPROVAL_KEY, Approval, approval_message
 from chatbridge.core.elicit import (
     ElicitId,
+    ElicitKey,
     ElicitMode,
     ElicitRequest,
     ElicitResult,
@@ -30,6 +31,7 @@ from chatbridge.core.exceptions import (
     ElicitAlreadyPending,
     ElicitInBranch,
     SessionAborted,
+    ToolDefinitionError,
     UnknownElicitKey,
 )
 from chatbridge.core.journal import (
@@ -45,6 +47,7 @@ from chatbridge.core.tools import McpTool
 __all__ = ["LOG_LEVELS", "CallState", "CapabilityHost", "LogLevel", "ToolContext"]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
@@ -158,12 +161,41 @@ class ToolContext:
         """True while recorded journal entries remain unconsumed by this run."""
         return self._state.journal.replaying
 
+    @overload
+    async def elicit(
+        self, key: ElicitKey[M], *, message: str, ui: dict[str, Any] | None = None, **context: Any
+    ) -> ElicitResult[M]: ...
+
+    @overload
     async def elicit(
         self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
+    ) -> ElicitResult[Any]: ...
+
+    async def elicit(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        message: str,
+        ui: dict[str, Any] | None = None,
+        **context: Any,
     ) -> ElicitResult[Any]:
-        """Ask the user for the response declared for ``key``; suspend until answered."""
+        """Ask the user for the response declared for ``key``; suspend until answered.
+
+        With a typed key (``ElicitKey``) the answer keeps its type: ``ElicitResult[PickSeat]``.
+        """
         return await self.elicit_with(key, message=message, context=context, ui=ui)
 
+    @overload
+    async def elicit_with(
+        self,
+        key: ElicitKey[M],
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[M]: ...
+
+    @overload
     async def elicit_with(
         self,
         key: str,
@@ -171,26 +203,56 @@ class ToolContext:
         message: str,
         context: dict[str, Any],
         ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[Any]: ...
+
+    async def elicit_with(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
     ) -> ElicitResult[Any]:
         """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
-        model: type[BaseModel] | None = self._state.tool.elicits.get(key)
-        if model is None:
-            self._state.check_aborted()
-            raise UnknownElicitKey(self._state.tool.name, key, self._state.tool.elicits)
-        return await self._ask(key, model, message, context, ui)
+        name, model = self._declared(key)
+        return await self._ask(name, model, message, context, ui)
 
-    async def elicit_url(self, key: str, *, message: str, **context: Any) -> ElicitResult[Any]:
+    @overload
+    async def elicit_url(
+        self, key: ElicitKey[M], *, message: str, **context: Any
+    ) -> ElicitResult[M]: ...
+
+    @overload
+    async def elicit_url(self, key: str, *, message: str, **context: Any) -> ElicitResult[Any]: ...
+
+    async def elicit_url(
+        self, key: ElicitKey[Any] | str, *, message: str, **context: Any
+    ) -> ElicitResult[Any]:
         """Ask ``key`` on a page of its own (a payment, a credential): the user gets a one-time
         link; the page reports the answer, validated against the key's model like any other.
 
         Journaled and replayed like ``elicit`` (the link is never recorded). Use it for input
         that must not pass through the chat, the model or an MCP client.
         """
-        model: type[BaseModel] | None = self._state.tool.elicits.get(key)
+        name, model = self._declared(key)
+        return await self._ask(name, model, message, context, None, mode="url")
+
+    def _declared(self, key: ElicitKey[Any] | str) -> tuple[str, type[BaseModel]]:
+        """The name and model the tool declared for ``key``; raised before anything is sent
+        when it declared none (``UnknownElicitKey``) or another model under that name."""
+        tool = self._state.tool
+        name = key.name if isinstance(key, ElicitKey) else key
+        model: type[BaseModel] | None = tool.elicits.get(name)
         if model is None:
             self._state.check_aborted()
-            raise UnknownElicitKey(self._state.tool.name, key, self._state.tool.elicits)
-        return await self._ask(key, model, message, context, None, mode="url")
+            raise UnknownElicitKey(tool.name, name, tool.elicits)
+        if isinstance(key, ElicitKey) and key.model is not model:
+            raise ToolDefinitionError(
+                f"Tool {tool.name!r} declared {name!r} with the answer model "
+                f"{model.__name__}, but elicited it with a key whose model is "
+                f"{key.model.__name__}; declare that key object itself in .elicits(...)."
+            )
+        return name, model
 
     async def ask_approval(self) -> ElicitResult[Approval]:
         """The call's approval question (tools declared with ``.needs_approval()``), asked by

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Generic, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar
 
-from chatbridge.core.exceptions import ElicitValidationError
+from chatbridge.core.exceptions import ElicitValidationError, ToolDefinitionError
 from chatbridge.core.human import pydantic_messages
 from chatbridge.core.model_context import encode_message, with_context
 
@@ -19,6 +21,7 @@ __all__ = [
     "Decline",
     "ElicitAction",
     "ElicitId",
+    "ElicitKey",
     "ElicitMode",
     "ElicitRequest",
     "ElicitResult",
@@ -29,8 +32,44 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# A request's or a plugin context's answer type; unsaid, it is Any (string keys).
+A = TypeVar("A", default=Any)
+M = TypeVar("M", bound=BaseModel)
 ElicitAction = Literal["accept", "decline", "cancel"]
 ElicitMode = Literal["form", "url"]
+
+
+KEY_NAME = re.compile(r"\A[a-z_][a-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class ElicitKey(Generic[M]):
+    """A question a tool may ask, with the model of its answer: declare it once, then use it
+    for ``.elicits(KEY)``, ``ctx.elicit(KEY, ...)`` and ``make_plugin(tool).on(KEY, handler)``.
+
+    The answer type flows from the key: ``await ctx.elicit(PICK_SEAT, ...)`` is an
+    ``ElicitResult[PickSeat]``, so a misspelled key (an unknown name) or a misspelled field of
+    the answer is a type checker's error, not a runtime surprise. String keys still work; their
+    answers are typed ``Any``.
+    """
+
+    name: str
+    model: type[M]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not KEY_NAME.match(self.name):
+            raise ToolDefinitionError(
+                f"Elicitation key {self.name!r} must be snake_case (lowercase letters, digits, "
+                "'_')."
+            )
+        if not (isinstance(self.model, type) and issubclass(self.model, BaseModel)):
+            raise ToolDefinitionError(
+                f"Elicitation key {self.name!r}: the answer model must be a pydantic BaseModel "
+                f"subclass, got {self.model!r}."
+            )
+
+    def __str__(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True)
@@ -180,8 +219,9 @@ class ElicitSchema:
 
 
 @dataclass(frozen=True)
-class ElicitRequest:
-    """One question a tool asks: what to show, which shape the answer has.
+class ElicitRequest(Generic[A]):
+    """One question a tool asks: what to show, which shape the answer has (``A``, the answer
+    model, for handlers registered with a typed key: ``ElicitRequest[PickSeat]``).
 
     ``mode`` is ``"url"`` for a question answered on a page of its own (``ctx.elicit_url``):
     the user opens ``url`` (an absolute one-time link, filled in by the session before the

@@ -11,15 +11,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from chatbridge.core.elicit import (
     Accept,
     Cancel,
     Decline,
     ElicitAction,
+    ElicitKey,
     ElicitRequest,
     ElicitResult,
     validate_result,
@@ -38,10 +40,13 @@ __all__ = [
     "PluginRegistry",
     "RenderSurface",
     "Submission",
+    "TypedHandler",
     "make_plugin",
 ]
 
 T = TypeVar("T")
+A = TypeVar("A", default=Any)  # the answer model of a handler's key (Any: a string key)
+M = TypeVar("M", bound=BaseModel)
 FieldErrors = dict[str, list[str]]
 Problems = Mapping[str, str | list[str]] | None
 BusinessCheck = Callable[[Any], Problems | Awaitable[Problems]]
@@ -77,10 +82,12 @@ def _normalise(problems: Mapping[str, str | list[str]]) -> FieldErrors:
     return {k: [v] if isinstance(v, str) else list(v) for k, v in problems.items() if v}
 
 
-class PluginContext:
-    """What an ``on_elicit`` handler receives next to the request."""
+class PluginContext(Generic[A]):
+    """What an ``on_elicit`` handler receives next to the request (``PluginContext[PickSeat]``
+    for a handler registered with ``.on(PICK_SEAT, handler)``: ``render`` then returns a
+    ``Submission[PickSeat]``)."""
 
-    def __init__(self, request: ElicitRequest, surface: RenderSurface) -> None:
+    def __init__(self, request: ElicitRequest[A], surface: RenderSurface) -> None:
         self.request = request
         self._surface = surface
 
@@ -96,7 +103,7 @@ class PluginContext:
         validate: BusinessCheck | None = None,
         prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         precheck: Callable[[dict[str, Any]], FieldErrors] | None = None,
-    ) -> Submission[Any]:
+    ) -> Submission[A]:
         """Show ``template_name`` until the user sends a valid answer, declines or cancels.
 
         Each post is validated against the key's model with the question's context, so the
@@ -148,6 +155,8 @@ class PluginContext:
 
 
 ElicitHandler = Callable[[ElicitRequest, PluginContext], Awaitable[ElicitResult[Any]]]
+# A handler of a typed key: its request, context and answer share the key's model.
+TypedHandler = Callable[[ElicitRequest[M], PluginContext[M]], Awaitable[ElicitResult[M]]]
 
 
 @dataclass(frozen=True)
@@ -209,8 +218,25 @@ class PluginBuilder:
         self._ui[uri] = template_name
         return self
 
+    def on(self, key: ElicitKey[M], handler: TypedHandler[M]) -> PluginBuilder:
+        """Register the handler of a typed key: its request, context and answer carry the
+        key's model, so a handler written for another key is a type checker's error.
+        ``build()`` checks the key is the one the tool declared."""
+        if not isinstance(key, ElicitKey):
+            raise PluginDefinitionError(
+                self._tool.name, detail=f".on() takes an ElicitKey, got {key!r}"
+            )
+        declared = self._tool.elicits.get(key.name)
+        if declared is not None and declared is not key.model:
+            raise PluginDefinitionError(
+                self._tool.name,
+                detail=f"key {key.name!r} is declared with {declared.__name__}, "
+                f"but .on() was given a key whose model is {key.model.__name__}",
+            )
+        return self.on_elicit(**{key.name: handler})
+
     def on_elicit(self, **handlers: ElicitHandler) -> PluginBuilder:
-        """Register handlers by key (may be called several times)."""
+        """Register handlers by key name (may be called several times)."""
         for key, handler in handlers.items():
             if key in self._handlers:
                 raise PluginDefinitionError(self._tool.name, detail=f"two handlers for key {key!r}")

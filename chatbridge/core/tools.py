@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from chatbridge.core.elicit import KEY_NAME, ElicitKey
 from chatbridge.core.exceptions import InvalidToolParams, ToolDefinitionError
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
 
 # OpenAI-style function names: what every LLM provider and MCP client accepts.
 _TOOL_NAME = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
-_KEY = re.compile(r"\A[a-z_][a-z0-9_]*\Z")
 
 
 class NoParams(BaseModel):
@@ -169,16 +169,32 @@ class McpToolBuilder(Generic[P]):
         self._hints = ToolHints(read_only, destructive, idempotent, open_world)
         return self
 
-    def elicits(self, **surface: type[BaseModel]) -> McpToolBuilder[P]:
-        """Declare every key the tool may elicit with its response model (may be empty)."""
-        for key, model in surface.items():
-            if not _KEY.match(key):
+    def elicits(self, *keys: ElicitKey[Any], **surface: type[BaseModel]) -> McpToolBuilder[P]:
+        """Declare every key the tool may elicit with its response model (may be empty):
+        typed keys (``ElicitKey("pick_seat", PickSeat)``, whose answers keep their type) and/or
+        ``name=Model``."""
+        declared: dict[str, type[BaseModel]] = {}
+        for key in keys:
+            if not isinstance(key, ElicitKey):
                 raise ToolDefinitionError(
-                    f"Tool {self._name!r}: elicitation key {key!r} must be snake_case "
+                    f"Tool {self._name!r}: .elicits() takes ElicitKey objects and name=Model "
+                    f"pairs, got {key!r}."
+                )
+            declared[key.name] = key.model
+        for key_name, model in surface.items():
+            if not KEY_NAME.match(key_name):
+                raise ToolDefinitionError(
+                    f"Tool {self._name!r}: elicitation key {key_name!r} must be snake_case "
                     "(lowercase letters, digits, '_')."
                 )
-            _check_model(self._name, f"the response model of {key!r}", model)
-        self._elicits = dict(surface)
+            if key_name in declared:
+                raise ToolDefinitionError(
+                    f"Tool {self._name!r}: elicitation key {key_name!r} is declared twice."
+                )
+            declared[key_name] = _check_model(
+                self._name, f"the response model of {key_name!r}", model
+            )
+        self._elicits = declared
         return self
 
     def execute(self, fn: ToolFn[P, R]) -> McpTool[P, R]:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from chatbridge import AnswerRefused, ToolContext, answer_rule, create_mcp_tool
+from chatbridge import AnswerRefused, ElicitKey, ToolContext, answer_rule, create_mcp_tool
 from plugins.book_flight.data import (
     Flight,
     SeatMap,
@@ -18,6 +18,10 @@ from plugins.book_flight.data import (
 )
 
 __all__ = [
+    "PAYMENT",
+    "PICK_FLIGHT",
+    "PICK_SEAT",
+    "REVIEW",
     "BookFlightParams",
     "PaymentDone",
     "PickFlight",
@@ -84,6 +88,12 @@ class PaymentDone(BaseModel):
     last4: str = Field(pattern=r"^[0-9]{4}$", description="Last four digits of the card")
 
 
+# The questions book_flight asks, typed: each answer arrives as its model.
+PICK_FLIGHT = ElicitKey("pick_flight", PickFlight)
+PICK_SEAT = ElicitKey("pick_seat", PickSeat)
+REVIEW = ElicitKey("review", Review)
+PAYMENT = ElicitKey("payment", PaymentDone)
+
 _PAST = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
 
 
@@ -101,7 +111,7 @@ async def pick_flight_and_seat(
         for i, f in enumerate(flights, 1)
     )
     choice = await ctx.elicit(
-        "pick_flight",
+        PICK_FLIGHT,
         message=f"Select your flight from {origin} to {destination}:\n\n{menu}",
         flights=[f.model_dump() for f in flights],
     )
@@ -114,7 +124,7 @@ async def pick_flight_and_seat(
 
     seat_map = seat_map_for(flight.id)
     seat = await ctx.elicit(
-        "pick_seat",
+        PICK_SEAT,
         message=f"Select your seat on {flight.number}",
         seat_map=seat_map.model_dump(),
     )
@@ -135,7 +145,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
 
     price = flight.price_usd
     review = await ctx.elicit(
-        "review",
+        REVIEW,
         message=f"Book {flight.airline} {flight.number}, seat {label}, for ${price}?",
         flight=f"{flight.airline} {flight.number}",
         route=f"{origin}-{destination}",
@@ -146,7 +156,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     if not review.accepted or not review.content.confirm:
         return {"booked": False, "reason": "booking not confirmed"}
     paid = await ctx.elicit_url(
-        "payment",
+        PAYMENT,
         message=f"Pay ${price} for {flight.airline} {flight.number}, seat {label}",
         link_label="Continue to secure payment",
         amount_usd=price,
@@ -182,6 +192,6 @@ book_flight = (
     )
     .example("Book a flight from JFK to LAX")
     .parameters(BookFlightParams)
-    .elicits(pick_flight=PickFlight, pick_seat=PickSeat, review=Review, payment=PaymentDone)
+    .elicits(PICK_FLIGHT, PICK_SEAT, REVIEW, PAYMENT)
     .execute(run_book_flight)
 )
