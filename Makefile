@@ -10,11 +10,15 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest pytest-fast fuzz bench bench-quick clean
 
-$(STAMP): requirements.txt
+# The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
+# itself installed as a package (editable), as a project that uses it installs it.
+$(STAMP): requirements.txt requirements-app.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "ChatBridge needs Python 3.11+; set PYTHON=python3.11" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+	  --no-build-isolation -e .
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from types import TracebackType
 from typing import Any
 
-from django.conf import settings
+from chatbridge.conf import setting
 
 __all__ = ["ChatBridgeRuntime", "RuntimeNotRunning", "current_runtime", "daphne_hooks", "lifespan"]
 
@@ -82,12 +82,12 @@ class ChatBridgeRuntime:
         from chatbridge.core.sampling import LiteLLMSampler
         from chatbridge.mcp.endpoint import build_mcp_endpoint
 
-        timeout = settings.CHATBRIDGE_SESSION_IDLE_TIMEOUT
+        timeout = setting("CHATBRIDGE_SESSION_IDLE_TIMEOUT")
         self.drain_grace, self.listen = drain_grace, listen
         self.writer = Writer()
         recorder = DjangoRecorder()
         self.manager = SessionManager(
-            sampler=LiteLLMSampler(settings.CHATBRIDGE_MODEL),
+            sampler=LiteLLMSampler(setting("CHATBRIDGE_MODEL")),
             idle_timeout=timeout if timeout and timeout > 0 else None,
             observer=recorder,
             journal_store=recorder,  # durable and fenced: a failed write stops the call
@@ -102,7 +102,7 @@ class ChatBridgeRuntime:
             queue=store,  # messages sent while a turn runs wait on record
             sink=publish,
             render_form=render_form,
-            model=settings.CHATBRIDGE_MODEL,
+            model=setting("CHATBRIDGE_MODEL"),
             peers=ChannelPeers(),
         )
         self.mcp = build_mcp_endpoint(self.manager)

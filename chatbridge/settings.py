@@ -144,7 +144,6 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 # Where `manage.py collectstatic` puts the files the server then serves.
 STATIC_ROOT = Path(_env.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
 STORAGES = {

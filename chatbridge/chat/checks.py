@@ -25,3 +25,58 @@ def static_files_collected(app_configs: Any = None, **kwargs: Any) -> list[Check
             id="chatbridge.E001",
         )
     ]
+
+
+# What the chat needs from the project (docs/install.md lists the steps).
+REQUIRED_APPS = {
+    "django.contrib.auth": "users own their chats",
+    "django.contrib.contenttypes": "django.contrib.auth needs it",
+    "django.contrib.sessions": "visitors without an account own their chats by session",
+    "django.contrib.staticfiles": "the chat's styles and scripts are static files",
+    "channels": "the chat's WebSocket",
+    "django_htmx": "the chat's pages are htmx pages",
+}
+REQUIRED_MIDDLEWARE = {
+    "django.contrib.sessions.middleware.SessionMiddleware": "the session owns a visitor's chats",
+    "django.middleware.csrf.CsrfViewMiddleware": "the chat's forms are protected from CSRF",
+    "django.contrib.auth.middleware.AuthenticationMiddleware": "users own their chats",
+    "django_htmx.middleware.HtmxMiddleware": "the views answer htmx requests",
+}
+INSTALL_HINT = "See docs/install.md (adding ChatBridge to a project)."
+
+
+@register(Tags.compatibility)
+def project_setup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The apps, middleware and settings the chat needs, each missing one named with why."""
+    from django.conf import settings
+
+    problems: list[CheckMessage] = []
+    apps, middleware = set(settings.INSTALLED_APPS), list(settings.MIDDLEWARE)
+    for app, why in REQUIRED_APPS.items():
+        if app not in apps:
+            problems.append(
+                Error(
+                    f"ChatBridge needs {app!r} in INSTALLED_APPS: {why}.",
+                    hint=INSTALL_HINT,
+                    id="chatbridge.E002",
+                )
+            )
+    for name, why in REQUIRED_MIDDLEWARE.items():
+        if name not in middleware:
+            problems.append(
+                Error(
+                    f"ChatBridge needs {name!r} in MIDDLEWARE: {why}.",
+                    hint=INSTALL_HINT,
+                    id="chatbridge.E003",
+                )
+            )
+    if not getattr(settings, "CHANNEL_LAYERS", None):
+        problems.append(
+            Error(
+                "ChatBridge needs a channel layer (CHANNEL_LAYERS): the in-memory layer for one "
+                "process, channels_redis for several.",
+                hint=INSTALL_HINT,
+                id="chatbridge.E004",
+            )
+        )
+    return problems

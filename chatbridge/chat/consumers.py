@@ -10,7 +10,6 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
@@ -22,6 +21,7 @@ from chatbridge.chat.models import Conversation
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.store import owner_key
+from chatbridge.conf import setting
 from chatbridge.core import strict_json
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
@@ -153,7 +153,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.json_mode = query.get("format") == ["json"]
         self.view = SocketView()
-        self.bucket = TokenBucket(settings.CHATBRIDGE_WS_RATE, settings.CHATBRIDGE_WS_BURST)
+        self.bucket = TokenBucket(setting("CHATBRIDGE_WS_RATE"), setting("CHATBRIDGE_WS_BURST"))
         self.strikes = 0
         session = self.scope.get("session")
         owner = owner_key(self.scope.get("user"), session.session_key if session else None)

@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -33,6 +32,7 @@ from pydantic import BaseModel
 
 from chatbridge.chat.models import ElicitLink
 from chatbridge.chat.registry import get_registry
+from chatbridge.conf import setting
 from chatbridge.core.elicit import (
     Accept,
     Cancel,
@@ -72,13 +72,13 @@ def _token(elicit_id: str, nonce: str) -> str:
 
 
 def _base(meta: Mapping[str, str]) -> str:
-    public = str(getattr(settings, "CHATBRIDGE_PUBLIC_URL", "") or "")
+    public = str(setting("CHATBRIDGE_PUBLIC_URL") or "")
     origin = public or meta.get("origin") or _origins.get(meta.get("conversation_id", ""), "")
     return origin.rstrip("/")
 
 
 def _ttl() -> timedelta:
-    return timedelta(seconds=float(getattr(settings, "CHATBRIDGE_URL_LINK_TTL", 900)))
+    return timedelta(seconds=float(setting("CHATBRIDGE_URL_LINK_TTL")))
 
 
 def _open(request: ElicitRequest) -> str:
@@ -131,7 +131,7 @@ class DjangoUrlLinks:
             token = await sync_to_async(_open)(request)
         except IntegrityError:  # two workers opened the same question at once: take theirs
             token = await sync_to_async(_open)(request)
-        return _base(meta) + reverse("elicit_link", args=[token])
+        return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
 
     async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
         data = await sync_to_async(_answer)(str(request.id))

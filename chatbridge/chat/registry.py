@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from chatbridge.conf import setting
 from chatbridge.core import McpTool, Plugin, PluginRegistry
 
 __all__ = ["get_registry", "get_ui_resources"]
@@ -17,7 +17,7 @@ __all__ = ["get_registry", "get_ui_resources"]
 def get_registry() -> PluginRegistry:
     """Every configured plugin, imported once per process."""
     registry = PluginRegistry()
-    for dotted in settings.CHATBRIDGE_PLUGINS:
+    for dotted in setting("CHATBRIDGE_PLUGINS"):
         try:
             plugin = import_string(dotted)
         except ImportError as exc:

@@ -69,7 +69,7 @@ def home(request: HttpRequest) -> HttpResponseRedirect:
     conversation = Conversation.objects.filter(owner=owner).first()
     if conversation is None:
         conversation = Conversation.objects.create(owner=owner)
-    return redirect("conversation", conversation_id=conversation.id)
+    return redirect("chatbridge:conversation", conversation_id=conversation.id)
 
 
 def _has_messages() -> Exists:
@@ -86,7 +86,7 @@ def new_conversation(request: HttpRequest) -> HttpResponseRedirect:
         empty = Conversation.objects.create(owner=owner)
     else:
         empty.save(update_fields=["updated_at"])  # now the latest: "/" finds it again
-    return redirect("conversation", conversation_id=empty.id)
+    return redirect("chatbridge:conversation", conversation_id=empty.id)
 
 
 def sidebar_conversations(owner: str, current: Conversation) -> QuerySet[Conversation]:
@@ -144,7 +144,7 @@ def _back(request: HttpRequest, conversation: Conversation) -> str:
     target = request.POST.get("next") or request.GET.get("next") or ""
     if url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
         return target
-    return reverse("conversation", args=[conversation.id])
+    return reverse("chatbridge:conversation", args=[conversation.id])
 
 
 def _busy(conversation: Conversation) -> str:
@@ -177,7 +177,7 @@ def _sidebar_action(
 
 def _action_context(request: HttpRequest, item: Conversation) -> dict[str, object]:
     back = _back(request, item)
-    current = back == reverse("conversation", args=[item.id])
+    current = back == reverse("chatbridge:conversation", args=[item.id])
     return {
         "item": item,
         "next": back,
@@ -223,7 +223,7 @@ def delete_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResp
         deleting_current = context["conversation"] is not None
         back = str(context["next"])
         item.delete()
-        return redirect("home" if deleting_current else back)
+        return redirect("chatbridge:home" if deleting_current else back)
     return _sidebar_action(request, "chatbridge/delete_form.html", context)
 
 

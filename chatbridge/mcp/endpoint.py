@@ -15,6 +15,7 @@ from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.store import DjangoStore, worker_alive
 from chatbridge.chat.workers import route_task
+from chatbridge.conf import setting
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.results import StoredCall
@@ -106,6 +107,14 @@ class DjangoTaskCluster:
         return await sync_to_async(_end_task)(call_id, worker, reason, by)
 
 
+def django_allowed_hosts() -> list[str]:
+    """The hosts Django serves: ``ALLOWED_HOSTS``, or in debug with none set the local names
+    Django itself then allows (``HttpRequest.get_host``)."""
+    if not settings.ALLOWED_HOSTS and settings.DEBUG:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return list(settings.ALLOWED_HOSTS)
+
+
 def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
     """The ``/mcp`` endpoint; its tool calls are sessions of ``manager``."""
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
@@ -114,8 +123,8 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         manager,
         McpSettings(
             state_keys=[state_key(s) for s in secrets],
-            state_ttl=settings.CHATBRIDGE_MCP_STATE_TTL,
-            request_timeout=settings.CHATBRIDGE_MCP_REQUEST_TIMEOUT,
+            state_ttl=setting("CHATBRIDGE_MCP_STATE_TTL"),
+            request_timeout=setting("CHATBRIDGE_MCP_REQUEST_TIMEOUT"),
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
         store=DjangoCallStore(),
@@ -123,8 +132,8 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
     )
     return McpEndpoint(
         bridge,
-        allowed_hosts=settings.ALLOWED_HOSTS,
+        allowed_hosts=django_allowed_hosts(),
         trusted_origins=settings.CSRF_TRUSTED_ORIGINS,
-        token=settings.CHATBRIDGE_MCP_TOKEN,
-        public=settings.CHATBRIDGE_MCP_PUBLIC,
+        token=setting("CHATBRIDGE_MCP_TOKEN"),
+        public=setting("CHATBRIDGE_MCP_PUBLIC"),
     )

@@ -1,0 +1,46 @@
+"""ChatBridge's settings, with the defaults a project that sets none of them gets.
+
+A Django project configures ChatBridge with ``CHATBRIDGE_*`` settings; every one has a default
+here, so adding the app needs none of them (``docs/install.md``). Read them with ``setting()``
+at the moment they are needed (tests override settings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+__all__ = ["DEFAULTS", "setting"]
+
+DEFAULTS: dict[str, Any] = {
+    # Any litellm model string; the offline model needs no network and no key.
+    "CHATBRIDGE_MODEL": "offline/chatbridge-1",
+    # Dotted paths of the Plugin objects (or create_tool tools) to serve.
+    "CHATBRIDGE_PLUGINS": [],
+    # Seconds a tool may wait for an answer before its session is aborted (None: never).
+    "CHATBRIDGE_SESSION_IDLE_TIMEOUT": 3600.0,
+    # URL questions: seconds a one-time link stays valid; the public origin links start with
+    # ("" : the origin of the page or request that started the call).
+    "CHATBRIDGE_URL_LINK_TTL": 900.0,
+    "CHATBRIDGE_PUBLIC_URL": "",
+    # WebSocket commands a socket may send: a steady rate per second and a burst.
+    "CHATBRIDGE_WS_RATE": 10.0,
+    "CHATBRIDGE_WS_BURST": 30.0,
+    # /mcp: a bearer token, or open without one (None: open only with DEBUG); how long
+    # requestState stays valid; how long a request notification waits for _respond.
+    "CHATBRIDGE_MCP_TOKEN": "",
+    "CHATBRIDGE_MCP_PUBLIC": None,
+    "CHATBRIDGE_MCP_STATE_TTL": 900.0,
+    "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
+}
+
+
+def setting(name: str) -> Any:
+    """The project's value of ``name``, or ChatBridge's default for it."""
+    if name not in DEFAULTS:
+        raise KeyError(f"{name} is not a ChatBridge setting; known: {', '.join(sorted(DEFAULTS))}")
+    value = getattr(settings, name, DEFAULTS[name])
+    if name == "CHATBRIDGE_MCP_PUBLIC" and value is None:
+        return bool(settings.DEBUG)
+    return value

@@ -1,0 +1,92 @@
+"""The ASGI application of a project that serves ChatBridge: its Django pages, the chat's
+WebSocket, ``/mcp`` and the runtime's start and stop.
+
+In the project's ``asgi.py`` (``docs/install.md``)::
+
+    import os
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+    from chatbridge.serving import get_asgi_application
+    application = get_asgi_application()
+
+Serve it with ``uvicorn mysite.asgi:application --lifespan on`` or with daphne (which has no
+lifespan: the runtime starts with its reactor instead).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+from typing import Any
+
+from chatbridge.runtime import App, Receive, Scope, Send
+
+__all__ = ["MCP_PATH", "WEBSOCKET_PATH", "get_asgi_application"]
+
+WEBSOCKET_PATH = "/ws/chat/"  # the chat pages connect to /ws/chat/<conversation id>/
+MCP_PATH = "/mcp"
+
+logger = logging.getLogger("chatbridge")
+
+
+def _import_litellm() -> None:
+    """litellm takes seconds to import: do it now, in the background, not in the first chat
+    turn. Then freeze what is loaded so far out of the garbage collector's sight: it lives as
+    long as the process, and tearing it down at exit took seconds (SIGTERM must be prompt)."""
+    from chatbridge.llm import litellm_module
+
+    litellm_module()
+    gc.freeze()
+
+
+def get_asgi_application() -> App:
+    """Django (with static files in debug when nothing else serves them), the chat's
+    WebSocket at ``/ws/chat/<id>/`` (same origin only, the session's user), the MCP endpoint at
+    ``/mcp``, and the runtime, started by the ASGI lifespan or daphne's reactor."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
+    from chatbridge.http_handler import get_asgi_application as django_application
+
+    django_app: Any = django_application()  # sets Django up: models and consumers import now
+
+    from channels.auth import AuthMiddlewareStack
+    from channels.routing import ProtocolTypeRouter, URLRouter
+    from django.conf import settings
+
+    from chatbridge.chat.checks import static_files_collected
+    from chatbridge.chat.origins import SameOriginValidator
+    from chatbridge.chat.routing import websocket_urlpatterns
+    from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
+
+    if settings.DEBUG and not _static_served(settings.MIDDLEWARE):
+        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+        django_app = ASGIStaticFilesHandler(django_app)  # what runserver does in debug
+
+    threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()
+    for problem in static_files_collected():  # pages would fail: say why, once, at start-up
+        logger.error("%s %s", problem.msg, problem.hint)
+
+    async def http_router(scope: Scope, receive: Receive, send: Send) -> None:
+        """``/mcp`` goes to the MCP server, everything else to Django."""
+        path = scope.get("path", "")
+        if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+            await current_runtime().mcp(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+
+    router = ProtocolTypeRouter(
+        {
+            "http": http_router,
+            # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session and
+            # user identify the owner.
+            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
+    application = lifespan(router, ChatBridgeRuntime.from_settings)
+    daphne_hooks(ChatBridgeRuntime.from_settings)  # daphne has no lifespan: its reactor drives it
+    return application
+
+
+def _static_served(middleware: list[str]) -> bool:
+    return any("whitenoise" in name for name in middleware)
