@@ -23,6 +23,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
+from django_htmx.middleware import HtmxDetails
 
 from chatbridge.chat import links
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
@@ -51,6 +52,13 @@ class ToolCard:
     description: str
     parameters: list[FieldInfo]
     surfaces: list[Surface]
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request seen by django-htmx's ``HtmxMiddleware``: ``request.htmx`` says whether htmx
+    sent it (and its target, trigger, current URL)."""
+
+    htmx: HtmxDetails
 
 
 def request_owner(request: HttpRequest) -> str:
@@ -175,18 +183,18 @@ def _sidebar_action(
     return render(request, page, {**context, "action": template}, status=status)
 
 
-def _action_context(request: HttpRequest, item: Conversation) -> dict[str, object]:
+def _action_context(request: HtmxHttpRequest, item: Conversation) -> dict[str, object]:
     back = _back(request, item)
     current = back == reverse("chatbridge:conversation", args=[item.id])
     return {
         "item": item,
         "next": back,
         "conversation": item if current else None,  # the chat whose page this is
-        "inline": request.headers.get("HX-Request") == "true",
+        "inline": bool(request.htmx),  # django-htmx's HtmxMiddleware
     }
 
 
-def rename_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+def rename_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> HttpResponse:
     """Rename a chat: GET shows the form, POST (the owner's, with CSRF) saves the name."""
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
@@ -205,7 +213,7 @@ def rename_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResp
     return _sidebar_action(request, "chatbridge/rename_form.html", context)
 
 
-def delete_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+def delete_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> HttpResponse:
     """Delete a chat: GET asks to confirm, POST (the owner's, with CSRF) deletes it, unless a
     tool or a reply is still running in it (then it says so and deletes nothing)."""
     if request.method not in ("GET", "HEAD", "POST"):
@@ -228,7 +236,7 @@ def delete_conversation(request: HttpRequest, conversation_id: UUID) -> HttpResp
 
 
 @require_safe
-def sidebar_item(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
+def sidebar_item(request: HtmxHttpRequest, conversation_id: UUID) -> HttpResponse:
     """A chat's list item as the sidebar shows it (a cancelled rename or delete puts it back)."""
     item = _owned(request, conversation_id)
     if item is None:
