@@ -296,10 +296,11 @@ def test_models_that_are_not_flat_are_refused_when_the_server_is_built() -> None
     with pytest.raises(ToolDefinitionError) as info:
         McpBridge(registry, SessionManager(), McpSettings(state_keys=[b"k" * 32]))
     assert str(info.value) == (
-        "Tool 'ship' cannot be served over MCP: the answer to 'where' (Shipping) has field "
-        "'address', which is not a string, number, integer, boolean, enum or list of enum "
-        "strings. MCP form elicitation needs flat models; flatten the model or keep the tool "
-        "in-app only."
+        "Tool 'ship' cannot be served over MCP: the answer to 'where' (Shipping) does not fit "
+        "an MCP form. Elicitation schema field 'address' rendered as {'$ref': "
+        "'#/$defs/Address'}, which is not a valid PrimitiveSchemaDefinition. MCP form "
+        "elicitation takes strings, numbers, integers, booleans, Literal choices and lists of "
+        "Literal strings; flatten the model or keep the tool in-app only."
     )
 
 
