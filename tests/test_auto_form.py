@@ -1,72 +1,84 @@
-"""auto_form: fields from JSON Schema, browser values coerced, the usual validation loop."""
+"""auto_form: a Django form drawn from the JSON Schema, browser posts read back by its
+widgets, the usual validation loop (the model decides, never Django)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from django import forms
 from django.template.loader import render_to_string
 
 from chatbridge import Accept, ElicitId, ElicitRequest, FormPost, PluginContext, auto_form
-from chatbridge.core.auto_form import coerce_post, form_fields
+from chatbridge.chat.auto_forms import build_form, read_post
 from plugins.feedback.tool import Feedback
 
 SCHEMA = Feedback.model_json_schema()
 
 
 def widgets() -> dict[str, tuple[str, bool]]:
-    return {f.name: (f.widget, f.required) for f in form_fields(SCHEMA)}
-
-
-def test_every_field_type_gets_its_widget() -> None:
-    assert widgets() == {
-        "name": ("text", True),
-        "email": ("email", True),
-        "website": ("url", False),
-        "visit_date": ("date", True),
-        "call_back_at": ("datetime-local", False),
-        "rating": ("number", True),
-        "hours_saved": ("number", False),
-        "topic": ("select", True),
-        "contact": ("radio", False),
-        "areas": ("checkboxes", False),
-        "subscribe": ("checkbox", False),
-        "code": ("text", False),
-        "comment": ("textarea", False),
+    form = build_form(SCHEMA)
+    return {
+        name: (type(field.widget).__name__, field.required) for name, field in form.fields.items()
     }
-    fields = {f.name: f for f in form_fields(SCHEMA)}
-    assert fields["name"].label == "Your name" and fields["name"].attrs == {
-        "minlength": 2,
-        "maxlength": 40,
-    }
-    assert fields["rating"].attrs == {"step": 1, "min": 1, "max": 5}
-    assert fields["rating"].help == "1 (poor) to 5 (great)"
-    assert fields["hours_saved"].attrs == {"step": "any", "min": 0, "max": 100}
-    assert fields["code"].attrs == {"pattern": "^[A-Z]{3}-\\d{3}$"}
-    assert fields["topic"].choices == ("bug", "idea", "praise", "question")
-    assert fields["areas"].choices == ("chat", "tools", "admin", "mcp")
-    assert fields["contact"].default == "email"
 
 
-def test_browser_values_are_coerced_for_validation() -> None:
-    fields = form_fields(SCHEMA)
+def test_every_field_type_gets_its_django_field_and_widget_in_declaration_order() -> None:
+    assert list(widgets().items()) == [
+        ("name", ("TextInput", True)),
+        ("email", ("EmailInput", True)),
+        ("website", ("URLInput", False)),
+        ("visit_date", ("DateInput", True)),
+        ("call_back_at", ("DateTimeInput", False)),
+        ("rating", ("NumberInput", True)),
+        ("hours_saved", ("NumberInput", False)),
+        ("topic", ("Select", True)),
+        ("contact", ("RadioSelect", False)),
+        ("areas", ("CheckboxSelectMultiple", False)),
+        ("subscribe", ("CheckboxInput", False)),
+        ("code", ("TextInput", False)),
+        ("comment", ("Textarea", False)),
+    ]
+    form = build_form(SCHEMA)
+    fields = form.fields
+    assert fields["name"].label == "Your name"
+    assert fields["name"].widget.attrs == {"maxlength": "40", "minlength": "2"}
+    assert isinstance(fields["rating"], forms.IntegerField)
+    assert fields["rating"].widget.attrs == {"min": 1, "max": 5}
+    assert fields["rating"].help_text == "1 (poor) to 5 (great)"
+    assert fields["hours_saved"].widget.attrs == {"min": 0, "max": 100, "step": "any"}
+    assert fields["code"].widget.attrs == {"pattern": "^[A-Z]{3}-\\d{3}$"}
+    topic = fields["topic"]
+    assert isinstance(topic, forms.ChoiceField)
+    assert [value for value, _ in topic.choices] == ["", "bug", "idea", "praise", "question"]
+    areas = fields["areas"]
+    assert isinstance(areas, forms.MultipleChoiceField)
+    assert [value for value, _ in areas.choices] == ["chat", "tools", "admin", "mcp"]
+    assert fields["contact"].initial == "email"
+    assert form["visit_date"].as_widget().startswith('<input type="date"')
+    assert form["call_back_at"].as_widget().startswith('<input type="datetime-local"')
+
+
+def test_browser_posts_are_read_by_the_widgets_for_validation() -> None:
     raw = {
         "name": "Ada",
-        "subscribe": "true",
+        "subscribe": "on",
         "areas": "chat",
         "rating": "",
         "code": "",
         "unknown": "dropped",
         "hours_saved": "2.5",
     }
-    assert coerce_post(fields, raw) == {
+    assert read_post(SCHEMA, raw) == {
         "name": "Ada",
-        "subscribe": True,
         "areas": ["chat"],
+        "subscribe": True,
         "hours_saved": "2.5",
     }
-    assert coerce_post(fields, {"areas": ["chat", "mcp"]})["areas"] == ["chat", "mcp"]
-    assert coerce_post(fields, {})["subscribe"] is False
+    assert read_post(SCHEMA, {"areas": ["chat", "mcp"]})["areas"] == ["chat", "mcp"]
+    assert read_post(SCHEMA, {})["subscribe"] is False
+    assert read_post(SCHEMA, {"subscribe": "false"})["subscribe"] is False
+    assert read_post(SCHEMA, {"name": ""}) == {"name": "", "areas": [], "subscribe": False}
 
 
 class Scripted:
@@ -124,7 +136,7 @@ async def test_the_form_renders_validates_and_keeps_what_was_typed() -> None:
             "required",
         ):
             assert snippet in html, snippet
-        assert 'value="email" checked' in html  # the default
+        assert re.search(r'<input type="radio" name="contact" value="email"[^>]* checked', html)
     for message in (
         "Your name: Enter at least 2 characters",
         "Email: Enter an email address like name@example.com",
@@ -133,7 +145,8 @@ async def test_the_form_renders_validates_and_keeps_what_was_typed() -> None:
     ):
         assert message in second, message
     assert "String should" not in second  # pydantic's words stay in the record and the logs
-    assert 'value="9"' in second and 'value="phone" checked' in second  # input kept
+    assert 'value="9"' in second  # what was typed is kept
+    assert re.search(r'<input type="radio" name="contact" value="phone"[^>]* checked', second)
 
 
 async def test_a_refused_form_keeps_an_empty_required_select_empty_and_links_its_errors() -> None:
@@ -149,16 +162,17 @@ async def test_a_refused_form_keeps_an_empty_required_select_empty_and_links_its
     await auto_form(request, PluginContext(request, surface))
     first, second = surface.pages
     for html in (first, second):
-        select = re.search(r'<select id="af-c2-topic"[^>]*>(.*?)</select>', html, re.S)
+        select = re.search(r'<select [^>]*id="af-c2-topic"[^>]*>(.*?)</select>', html, re.S)
         assert select is not None
         options = re.findall(r"<option ([^>]*)>", select.group(1))
         assert options[0].startswith('value=""'), options  # the empty choice is there
         assert not any("selected" in o for o in options[1:]), options
-    assert re.search(r'<select id="af-c2-topic"[^>]*aria-invalid="true"', second)
-    name = re.search(r'<input id="af-c2-name"[^>]*>', second)
+    topic = re.search(r'<select [^>]*id="af-c2-topic"[^>]*>', second)
+    assert topic is not None and 'aria-invalid="true"' in topic.group(0)
+    name = re.search(r'<input [^>]*id="af-c2-name"[^>]*>', second)
     assert name is not None and 'aria-invalid="true"' in name.group(0)
     assert 'aria-describedby="af-c2-name-error"' in name.group(0)
     assert 'id="af-c2-name-error"' in second
-    rating = re.search(r'<input id="af-c2-rating"[^>]*>', first)
+    rating = re.search(r'<input [^>]*id="af-c2-rating"[^>]*>', first)
     assert rating is not None and 'aria-describedby="af-c2-rating-help"' in rating.group(0)
     assert '<p class="help" id="af-c2-rating-help">' in first

@@ -7,33 +7,20 @@ from typing import Any
 
 from django import template
 
+from chatbridge.chat.auto_forms import AutoField
+from chatbridge.chat.auto_forms import auto_fields as build_auto_fields
 from chatbridge.core.exceptions import field_errors_text, refusal_text
 from chatbridge.core.human import field_label, human_value
 
 register = template.Library()
 
 
-@register.filter
-def lookup(mapping: Any, key: str) -> Any:
-    """``mapping[key]`` or None."""
-    return mapping.get(key) if isinstance(mapping, Mapping) else None
-
-
 @register.simple_tag
-def field_value(values: Any, field: Any) -> Any:
-    """The value to show in an input: the last post if there was one, else the default."""
-    if isinstance(values, Mapping) and values:
-        return values.get(field.name)
-    return field.default
-
-
-@register.filter
-def contains(container: Any, item: Any) -> bool:
-    """``item in container``, with lists and single values alike, compared as text."""
-    if container is None:
-        return False
-    items = container if isinstance(container, list | tuple | set) else [container]
-    return str(item) in {str(i) for i in items}
+def auto_fields(
+    schema: Mapping[str, Any], values: Any, errors: Any, call_id: str
+) -> list[AutoField]:
+    """The fields of an automatic form (``chatbridge.chat.auto_forms``), drawn by Django."""
+    return build_auto_fields(schema, values or None, errors or None, call_id)
 
 
 @register.filter
