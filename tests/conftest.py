@@ -99,6 +99,38 @@ async def browser() -> AsyncIterator[Browser]:
         await launched.close()
 
 
+# Tests that start server processes or node clients (each takes seconds): `slow`, so
+# `make test-fast` leaves them out. Whole modules, and any test using a live server fixture.
+PROCESS_MODULES = frozenset(
+    {
+        "test_concurrency",
+        "test_conformance_suite",
+        "test_deployment",
+        "test_independent_clients",
+        "test_lifecycle",
+        "test_outside_project",
+        "test_restart",
+        "test_scale_out",
+        "test_socket_servers",
+        "test_url_restart",
+        "test_worker_faults",
+    }
+)
+PROCESS_FIXTURES = frozenset({"server", "production", "site", "short_ttl_site"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``browser`` on every test that drives chromium; ``slow`` on every test that starts
+    servers or clients in processes of their own."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in PROCESS_MODULES or fixtures & PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The tests run with the production settings, which serve collected static files: collect
     them before any test module builds the ASGI app (whitenoise reads the folder then)."""
