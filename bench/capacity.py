@@ -364,11 +364,11 @@ def main() -> None:
             stack.callback(shutil.rmtree, pg_site.tmp, True)
             for workers in (1, 2):
                 print(f"Redis + PostgreSQL, {workers} uvicorn worker(s):", flush=True)
-                pg_results[workers] = ladder(
-                    pg_rates,
-                    bisect,
-                    lambda r, w=workers: rung(pg_site, w, r, args, pg_seconds, backing.make),
-                )
+
+                def pg_rung(rate: float, w: int = workers) -> dict[str, Any]:
+                    return rung(pg_site, w, rate, args, pg_seconds, backing.make)
+
+                pg_results[workers] = ladder(pg_rates, bisect, pg_rung)
     else:
         pg_note = "Redis + PostgreSQL skipped (`--skip-pg`)."
 

@@ -8,7 +8,7 @@ import sys
 from websockets.asyncio.server import serve
 
 
-async def echo(ws) -> None:  # type: ignore[no-untyped-def]
+async def echo(ws) -> None:
     async for message in ws:
         await ws.send(message)
 

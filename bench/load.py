@@ -219,13 +219,13 @@ async def main() -> None:
     flight, seat, first = (
         summary_ms(s) for s in (stats.flight_rt, stats.seat_rt, stats.first_form)
     )
-    rows = [
+    rows: list[list[Any]] = [
         ["answer pick_flight → pick_seat form", flight["n"], flight["p50"], flight["p99"], flight["max"]],
         ["answer pick_seat → review form", seat["n"], seat["p50"], seat["p99"], seat["max"]],
         ["user message → pick_flight form", first["n"], first["p50"], first["p99"], first["max"]],
     ]  # fmt: skip
     rate = args.chats / args.spread if args.spread else float("inf")
-    facts = [
+    facts: list[list[Any]] = [
         ["chats (sockets) requested / connected", f"{args.chats} / {out['connected']}"],
         ["socket ramp (batches of %d), s" % args.batch, f"{out['ramp_s']:.1f}"],
         ["bookings started over, s / think time, s", f"{args.spread:.0f} / {args.think}"],

@@ -164,7 +164,7 @@ async def main() -> None:
     writer = Writer()
     await writer.start()
     try:
-        figures = {}
+        figures: dict[bool, tuple[dict[str, Any], dict[str, Any], int]] = {}
         for durable in (True, False):
             plain = await measure(n, trace=False, durable=durable)
             gc.collect()
@@ -189,7 +189,7 @@ async def main() -> None:
         ]
     durable_plain, durable_traced, traced_n = figures[True]
     per_rss = per_session(durable_plain, n)
-    top = [[name, f"{size / traced_n:.0f}"] for name, size in durable_traced["top"]]  # type: ignore[union-attr]
+    top = [[name, f"{size / traced_n:.0f}"] for name, size in durable_traced["top"]]
     body = "\n".join(
         [
             f"{n} sessions of a one-question tool, each suspended on `ctx.elicit`, in one "

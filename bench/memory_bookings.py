@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from typing import Any
+
 from bench.common import (  # noqa: E402
     BenchSite,
     append_results,
@@ -85,7 +87,7 @@ async def main() -> None:
     finally:
         stop(proc)
     grown = (collected - baseline) / 1024
-    facts = [
+    facts: list[list[Any]] = [
         ["RSS at start (MiB)", started / 1024],
         ["warm-up bookings completed / errors", f"{warm_ok} / {warm_errors}"],
         ["baseline: RSS after the warm-up and a collection (MiB)", baseline / 1024],

@@ -119,7 +119,7 @@ async def book_flight_journal(manager: SessionManager) -> list[dict[str, Any]]:
 
 
 async def redis_hops(n: int) -> dict[str, list[float]]:
-    from channels_redis.core import RedisChannelLayer
+    from channels_redis.core import RedisChannelLayer  # type: ignore[import-untyped]
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     config = {"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}
@@ -188,7 +188,7 @@ async def main() -> None:
     bf = summary_ms(await replay_times(manager, book_flight, params, bf_journal, n))
     await manager.shutdown()
 
-    rows = [
+    rows: list[list[Any]] = [
         ["replay 10-entry journal → pending question", ten["n"], ten["p50"], ten["p99"], ten["mean"]],
         [f"replay book_flight ({len(bf_journal)} entry) → pick_seat question", bf["n"], bf["p50"], bf["p99"], bf["mean"]],
     ]  # fmt: skip

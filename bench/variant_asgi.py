@@ -22,7 +22,7 @@ from chatbridge.chat import consumers, recorder, store  # noqa: E402
 
 if "noclose" in variant:
 
-    async def dispatch(self, message):  # type: ignore[no-untyped-def]
+    async def dispatch(self, message):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
@@ -32,14 +32,14 @@ if "noclose" in variant:
 
 if "nophase" in variant:
 
-    async def save_phase(self, conversation_id, phase):  # type: ignore[no-untyped-def]
+    async def save_phase(self, conversation_id, phase):
         return None
 
     store.DjangoStore.save_phase = save_phase  # type: ignore[method-assign]
 
 if "norecord" in variant:
 
-    async def nothing(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    async def nothing(self, *args, **kwargs):
         return None
 
     for name in ("status_changed", "capability_requested", "capability_recorded"):

@@ -126,8 +126,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in PROCESS_MODULES or fixtures & PROCESS_FIXTURES:
+        if item.path.stem in PROCESS_MODULES or fixtures & PROCESS_FIXTURES:
             item.add_marker(pytest.mark.slow)
 
 

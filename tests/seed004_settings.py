@@ -3,8 +3,12 @@ for servers started by tests/test_browser_guest_ui.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 from chatbridge.settings import *  # noqa: F403
 from chatbridge.settings import BASE_DIR, CHATBRIDGE_PLUGINS, TEMPLATES
 
 CHATBRIDGE_PLUGINS = [*CHATBRIDGE_PLUGINS, "tests.seed004.tint_plugin"]
-TEMPLATES = [{**TEMPLATES[0], "DIRS": [*TEMPLATES[0]["DIRS"], BASE_DIR / "tests" / "templates"]}]
+DIRS = cast(list[Path], TEMPLATES[0]["DIRS"])
+TEMPLATES = [{**TEMPLATES[0], "DIRS": [*DIRS, BASE_DIR / "tests" / "templates"]}]

@@ -17,6 +17,7 @@ from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.plugin import book_flight_plugin
 from plugins.feedback.tool import feedback_plugin
+from tests.mcp_results import elicitation, responses, text_of
 
 FEEDBACK = {
     "name": "Ada",
@@ -42,7 +43,8 @@ class Approver:
     """An MCP user: answers the approval as told, then fills the feedback form."""
 
     def __init__(self, approval: types.ElicitResult) -> None:
-        self.approval, self.messages = approval, []  # type: list[str]
+        self.approval = approval
+        self.messages: list[str] = []
         self.schemas: list[dict[str, Any]] = []
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
@@ -84,7 +86,7 @@ async def test_a_denied_call_never_runs_and_the_client_is_told(
     person = Approver(answer)
     async with Client(bridge.server, mode="legacy", elicitation_callback=person) as client:
         result = await client.call_tool("send_feedback", {})
-    assert result.is_error and result.content[0].text == told
+    assert result.is_error and text_of(result.content[0]) == told
     assert len(person.messages) == 1  # the feedback form was never asked
 
 
@@ -100,8 +102,8 @@ async def test_approval_over_input_required_is_journaled_once(bridge: McpBridge)
         assert isinstance(first, types.InputRequiredResult)
         [(key, request)] = first.input_requests.items()
         assert f":{APPROVAL_KEY}:" in key
-        assert request.params.message.startswith("Allow the tool 'send_feedback' to run")
-        approve = {key: types.ElicitResult(action="accept", content={"approve": True})}
+        assert elicitation(request).message.startswith("Allow the tool 'send_feedback' to run")
+        approve = responses({key: types.ElicitResult(action="accept", content={"approve": True})})
         second = await client.session.call_tool(
             "send_feedback",
             {},

@@ -50,10 +50,10 @@ def test_every_field_type_gets_its_django_field_and_widget_in_declaration_order(
     assert fields["code"].widget.attrs == {"pattern": "^[A-Z]{3}-\\d{3}$"}
     topic = fields["topic"]
     assert isinstance(topic, forms.ChoiceField)
-    assert [value for value, _ in topic.choices] == ["", "bug", "idea", "praise", "question"]
+    assert [value for value, _ in topic.widget.choices] == ["", "bug", "idea", "praise", "question"]
     areas = fields["areas"]
     assert isinstance(areas, forms.MultipleChoiceField)
-    assert [value for value, _ in areas.choices] == ["chat", "tools", "admin", "mcp"]
+    assert [value for value, _ in areas.widget.choices] == ["chat", "tools", "admin", "mcp"]
     assert fields["contact"].initial == "email"
     assert form["visit_date"].as_widget().startswith('<input type="date"')
     assert form["call_back_at"].as_widget().startswith('<input type="datetime-local"')

@@ -85,7 +85,7 @@ async def drive(
         seen += events
         if events[-1][0] != "elicit":
             return seen
-        request: ElicitRequest = session.pending  # type: ignore[assignment]
+        request: ElicitRequest = session.pending
         if request.mode == "url":
             status, page = await pay_on_page(manager, request, TEST_CARD)
             assert status == 200 and "card ending in 4242" in page

@@ -37,7 +37,7 @@ async def open_chat(browser: Browser, server: str, scheme: str) -> Page:
     return page
 
 
-def question(page: Page, headline: str):  # type: ignore[no-untyped-def]
+def question(page: Page, headline: str):
     """The heading of the open question (its message), where focus goes when it is asked."""
     return page.locator(".elicit-message", has_text=headline)
 

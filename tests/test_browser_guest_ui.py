@@ -28,7 +28,7 @@ async def open_picker(browser: Browser, server: str) -> Page:
     return page
 
 
-def tool_status(page: Page):  # type: ignore[no-untyped-def]
+def tool_status(page: Page):
     return page.locator(".tool-card", has_text="choose_color").locator(".status")
 
 

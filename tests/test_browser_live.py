@@ -48,7 +48,7 @@ def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stop(proc)
 
 
-def composer(page: Page):  # type: ignore[no-untyped-def]
+def composer(page: Page):
     return page.get_by_role("textbox", name="Message")
 
 

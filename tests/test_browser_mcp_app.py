@@ -15,6 +15,7 @@ import pytest
 from mcp import Client
 from playwright.async_api import Browser, expect
 
+from tests.mcp_results import text_of
 from tests.npm_clients import CLIENTS, MODULES, node
 from tests.test_mcp import apps_host
 
@@ -74,7 +75,7 @@ async def test_a_standard_mcp_apps_host_drives_the_picker(
         f"{server}/mcp", mode="legacy", extensions=apps_host(), logging_callback=on_log
     ) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        uri = tools["choose_color"].meta["ui"]["resourceUri"]  # type: ignore[index]
+        uri = tools["choose_color"].meta["ui"]["resourceUri"]
         [resource] = (await client.read_resource(uri)).contents
         assert resource.mime_type == "text/html;profile=mcp-app"
 
@@ -90,7 +91,9 @@ async def test_a_standard_mcp_apps_host_drives_the_picker(
         call = asyncio.create_task(client.call_tool("choose_color", arguments))
         await asyncio.wait_for(asked.wait(), 15)
         tool = tools["choose_color"].model_dump(mode="json", by_alias=True, exclude_none=True)
-        await page.evaluate(START_HOST, {"html": resource.text, "tool": tool, "args": arguments})
+        await page.evaluate(
+            START_HOST, {"html": text_of(resource), "tool": tool, "args": arguments}
+        )
 
         app = page.frame_locator("#app")
         # The question from the server, the default colour and theme from the call's arguments.

@@ -133,7 +133,7 @@ async def test_htmx_forms_work_and_everything_is_escaped() -> None:
             {"command": "user_message", "text": hostile, "HEADERS": {"HX-Request": "true"}}
         )
     )
-    fragments = []
+    fragments: list[str] = []
     while not any('name="flight_id"' in f for f in fragments):
         fragments.append(await socket.receive_from(timeout=10))
     html = "\n".join(fragments)
@@ -149,7 +149,7 @@ async def test_htmx_forms_work_and_everything_is_escaped() -> None:
             {"command": "elicit_response", **ids, "action": "decline", "HEADERS": {}}
         )
     )
-    done = []
+    done: list[str] = []
     while not any("Declined" in f for f in done):
         done.append(await socket.receive_from(timeout=10))
     await socket.disconnect()

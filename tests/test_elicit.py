@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from chatbridge import Accept, Cancel, Decline, ElicitId, ElicitValidationError
+from chatbridge import Accept, Cancel, Decline, ElicitId, ElicitResult, ElicitValidationError
 from chatbridge.core.elicit import result_from_dict, result_to_dict, validate_result
 from tests.support import PickHotel, Rating
 
@@ -34,11 +36,12 @@ def test_results_have_action_accepted_and_content() -> None:
 
 
 def test_results_round_trip_through_their_json_form() -> None:
-    for result, data in [
+    cases: list[tuple[ElicitResult[Any], dict[str, Any]]] = [
         (Accept(PickHotel(hotel="Inn")), {"action": "accept", "content": {"hotel": "Inn"}}),
         (Decline(), {"action": "decline"}),
         (Cancel(), {"action": "cancel"}),
-    ]:
+    ]
+    for result, data in cases:
         assert result_to_dict(result) == data
     assert result_from_dict({"action": "accept", "content": {"hotel": "Inn"}}) == Accept(
         {"hotel": "Inn"}

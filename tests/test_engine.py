@@ -103,9 +103,9 @@ async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
         events.append(event)
 
     def render(
-        request: Any, template: str, context: dict[str, Any], errors: Any, *, session_id: str
+        request: Any, template_name: str, context: dict[str, Any], errors: Any, *, session_id: str
     ) -> str:
-        return f"<form>{template}</form>"
+        return f"<form>{template_name}</form>"
 
     store = MemoryStore()
     manager = SessionManager(sampler=LiteLLMSampler("offline/engine"))

@@ -69,7 +69,9 @@ class Inboxes:
 async def hub() -> AsyncIterator[tuple[ChatHub, SessionManager, Inboxes, MemoryUrlLinks]]:
     inboxes = Inboxes()
 
-    def render(request: Any, template: str, context: Any, errors: Any, *, session_id: str) -> str:
+    def render(
+        request: Any, template_name: str, context: Any, errors: Any, *, session_id: str
+    ) -> str:
         return ""
 
     links = MemoryUrlLinks()  # book_flight's payment question has a link; its page is played

@@ -62,7 +62,11 @@ def broken_journal() -> Iterator[Any]:
         ]
     else:  # pragma: no cover - the project runs on SQLite and PostgreSQL only
         pytest.skip(f"no way to break {connection.vendor} here")
-    yield sync_to_async(lambda: _execute(*breaks))
+
+    def break_journal() -> None:
+        _execute(*breaks)
+
+    yield sync_to_async(break_journal)
     _execute(*repairs)
 
 
@@ -165,7 +169,7 @@ async def test_a_journal_slot_is_written_once() -> None:
     # A second writer of branch 2's first call (another seq: a stale copy) is refused.
     with pytest.raises(IntegrityError):
         await recorder.append(session, JournalEntry(2, "step", "charge", {"value": 2}, "2", 1, "d"))
-    rows = await sync_to_async(list)(JournalRecord.objects.filter(session_id="slot"))
+    rows = [r async for r in JournalRecord.objects.filter(session_id="slot")]
     assert [(r.seq, r.scope, r.pos, r.result) for r in rows] == [(1, "2", 1, {"value": 1})]
 
 

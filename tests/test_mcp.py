@@ -33,6 +33,7 @@ from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.data import search_flights, seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.conftest import MCP_REQUEST_TIMEOUT
+from tests.mcp_results import InputResponses, elicitation, input_required, responses, text_of
 from tests.pages import pay, with_pages
 from tests.servers import free_port, migrated_env, start_uvicorn, stop
 
@@ -100,13 +101,13 @@ async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> N
 async def test_book_flight_end_to_end(server: str, mode: str) -> None:
     person = Person(flight=1)
     logs: list[Any] = []
-    progress: list[tuple[float, float | None, str | None]] = []
+    progresses: list[tuple[float, float | None, str | None]] = []
 
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logs.append(params.data)
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progresses.append((progress, total, message))
 
     async with Client(
         f"{server}/mcp",
@@ -131,7 +132,9 @@ async def test_book_flight_end_to_end(server: str, mode: str) -> None:
     section = "\n\n--x-model-context: application/json\n"
     assert (section in person.messages[0]) == (mode == "2026-07-28")
     if mode == "legacy":
-        assert progress[0] == (1.0, 4.0, "Found 5 flights") and progress[-1][2] == "Ticket issued"
+        assert (
+            progresses[0] == (1.0, 4.0, "Found 5 flights") and progresses[-1][2] == "Ticket issued"
+        )
         assert {"message": "Searching flights", "origin": "JFK", "destination": "LAX"} in logs
 
 
@@ -234,7 +237,9 @@ async def test_a_tampered_request_state_is_refused(server: str) -> None:
         state = first.request_state
         assert "journal" not in state  # sealed, not readable
         tampered = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
-        answer = {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+        answer: InputResponses = {
+            key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})
+        }
         with pytest.raises(MCPError) as info:
             await client.session.call_tool(
                 "book_flight",
@@ -339,9 +344,13 @@ async def authorised_client(server: str, token: str, person: Person) -> AsyncIte
 
 async def test_request_state_is_bound_to_the_caller(server: str) -> None:
     async with authorised_client(server, "alice", Person()) as alice:
-        first = await alice.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        first = input_required(
+            await alice.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        )
     [key] = first.input_requests
-    answer = {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+    answer = responses(
+        {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+    )
     async with authorised_client(server, "mallory", Person()) as mallory:
         with pytest.raises(MCPError) as info:
             await mallory.session.call_tool(
@@ -357,7 +366,9 @@ async def test_request_state_is_bound_to_the_caller(server: str) -> None:
 async def test_expired_request_state_is_refused() -> None:
     bridge = booking_bridge(state_ttl=0.5)
     async with Client(bridge.server, mode="2026-07-28", elicitation_callback=Person()) as client:
-        first = await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        first = input_required(
+            await client.session.call_tool("book_flight", ROUTE, allow_input_required=True)
+        )
         [key] = first.input_requests
         await asyncio.sleep(1.0)
         with pytest.raises(MCPError) as info:
@@ -365,9 +376,9 @@ async def test_expired_request_state_is_refused() -> None:
                 "book_flight",
                 ROUTE,
                 allow_input_required=True,
-                input_responses={
-                    key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})
-                },
+                input_responses=responses(
+                    {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
+                ),
                 request_state=first.request_state,
             )
     assert info.value.error.message == "Invalid or expired requestState"
@@ -461,8 +472,9 @@ async def test_guest_uis_are_mcp_app_resources_linked_from_their_tools(server: s
     ]
     [page] = read.contents
     assert page.mime_type == "text/html;profile=mcp-app" and page.meta == ui_meta
-    assert '"ui/initialize"' in page.text and "Custom colour (hex)" in page.text
-    assert "<script src" not in page.text and "<link" not in page.text  # self-contained
+    html = text_of(page)
+    assert '"ui/initialize"' in html and "Custom colour (hex)" in html
+    assert "<script src" not in html and "<link" not in html  # self-contained
 
 
 async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: str) -> None:
@@ -496,9 +508,10 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
             "_ui_answer", {"action": "accept", "content": {"color": "#zzz"}}
         )
         assert refused.is_error
-        assert refused.content[0].text.startswith("Your previous answer was not accepted. Color:")
+        said = text_of(refused.content[0])
+        assert said.startswith("Your previous answer was not accepted. Color:")
         again = await client.call_tool("_ui_question", {})
-        assert again.structured_content["error"] == refused.content[0].text
+        assert again.structured_content["error"] == said
         taken = await client.call_tool(
             "_ui_answer", {"action": "accept", "content": {"color": "#12AB34", "name": "Moss"}}
         )
@@ -507,7 +520,7 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
         none_left = await client.call_tool("_ui_answer", {"action": "cancel"})
     assert result.structured_content == {"chosen": True, "color": "#12ab34", "name": "Moss"}
     assert none_left.is_error
-    assert none_left.content[0].text == "There is no open question for this app to answer."
+    assert text_of(none_left.content[0]) == "There is no open question for this app to answer."
 
 
 def test_foreign_origins_are_refused(server: str) -> None:
@@ -586,7 +599,7 @@ async def test_a_lone_surrogate_in_input_responses_is_an_invalid_answer_asked_ag
         assert isinstance(first, types.InputRequiredResult)
         [key] = first.input_requests
 
-        def answer(flight_id: str) -> dict[str, types.ElicitResult]:
+        def answer(flight_id: str) -> InputResponses:
             return {key: types.ElicitResult(action="accept", content={"flight_id": flight_id})}
 
         again = await client.session.call_tool(
@@ -601,7 +614,7 @@ async def test_a_lone_surrogate_in_input_responses_is_an_invalid_answer_asked_ag
         assert same == key
         assert (
             "Your previous answer was not accepted. Flight id: Enter plain text: this has a "
-            "character that cannot be read. Please try again." in request.params.message
+            "character that cannot be read. Please try again." in elicitation(request).message
         )
         second = await client.session.call_tool(
             "book_flight",

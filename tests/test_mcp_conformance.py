@@ -160,8 +160,8 @@ async def test_progress_never_goes_backwards(mode: str) -> None:
     bridge = booking_bridge()
     seen: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        seen.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
 
     async with Client(bridge.server, mode=mode, elicitation_callback=Person()) as client:
         result = await client.call_tool("book_flight", ROUTE, progress_callback=on_progress)
@@ -185,8 +185,8 @@ async def test_progress_only_ever_increases_within_a_call(mode: str) -> None:
     bridge = bridge_of(create_mcp_tool("wobbly").elicits(seat=Seat).execute(wobbly))
     seen: list[tuple[float, str | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        seen.append((value, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
 
     async def answer(context: Any, params: Any) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"seat": "12C"})

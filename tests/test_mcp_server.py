@@ -109,7 +109,7 @@ async def test_a_client_that_elicits_gets_the_question_and_its_flat_schema() -> 
 
 @pytest.mark.parametrize(("mode", "code"), [("legacy", -32002), ("2026-07-28", -32602)])
 async def test_an_unknown_resource_is_refused_with_its_version_s_code(mode: str, code: int) -> None:
-    async with Client(bridge().server, mode=mode) as client:  # type: ignore[arg-type]
+    async with Client(bridge().server, mode=mode) as client:
         with pytest.raises(MCPError) as info:
             await client.read_resource("ui://nothing-here")
     assert info.value.error.code == code

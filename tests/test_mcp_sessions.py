@@ -24,6 +24,7 @@ from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight import tool as book_flight_tool
 from plugins.book_flight.plugin import book_flight_plugin
+from tests.mcp_results import InputResponses, elicitation, text_of
 from tests.pages import pay, with_pages
 from tests.servers import ROOT, free_port, migrated_env, start_daphne, stop, wait_for_port
 from tests.test_mcp import FLIGHTS, ROUTE, Person, answer_requests, free_seat
@@ -35,7 +36,7 @@ MODERN = "2026-07-28"
 def tickets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every ticket the book_flight tool issues in this process."""
     issued: list[str] = []
-    real = book_flight_tool.issue_ticket
+    real = book_flight_tool.issue_ticket  # type: ignore[attr-defined]  # patched where looked up
 
     def counting(flight_id: str, seat: str) -> str:
         issued.append(real(flight_id, seat))
@@ -54,7 +55,7 @@ async def bridge() -> Any:
     await manager.shutdown("test finished")
 
 
-def flight_answer(key: str) -> dict[str, types.ElicitResult]:
+def flight_answer(key: str) -> InputResponses:
     return {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
 
 
@@ -98,8 +99,9 @@ async def paid_after_review(client: Client, review: Any) -> tuple[str, str]:
     payment = await retry(client, review.request_state, confirm)
     assert isinstance(payment, types.InputRequiredResult), payment
     [(pay_key, request)] = payment.input_requests.items()
-    assert request.params.mode == "url"
-    await pay(request.params.url)
+    params = elicitation(request)
+    assert isinstance(params, types.ElicitRequestURLParams)
+    await pay(params.url)
     return pay_key, payment.request_state
 
 
@@ -167,7 +169,7 @@ async def test_replaying_an_older_state_does_not_reset_the_invalid_answer_cap(
         thrice = await retry(client, state, bad)
     assert isinstance(once, types.InputRequiredResult)
     assert isinstance(twice, types.InputRequiredResult)
-    message = twice.input_requests[key].params.message
+    message = elicitation(twice.input_requests[key]).message
     assert "Your previous answer was not accepted. Row: Enter a number from 1 to 99" in message
     assert isinstance(thrice, types.CallToolResult)
     assert thrice.structured_content == {"booked": False, "reason": "seat selection cancelled"}
@@ -221,7 +223,7 @@ async def test_a_modern_client_that_cannot_be_asked_gets_an_explanation_at_once(
         result = await client.call_tool("book_flight", ROUTE)
     assert time.monotonic() - started < 10
     assert result.is_error
-    text = result.content[0].text
+    text = text_of(result.content[0])
     assert text.startswith("Tool 'book_flight' asks the user questions, and this client can ")
     assert '"io.modelcontextprotocol/logLevel": "notice"' in text and "'_respond'" in text
 
@@ -403,7 +405,7 @@ async def test_an_mcp_call_is_listed_and_an_operator_abort_reaches_the_client(si
         assert aborted.startswith(f"Session {session_id} aborted on worker ")
         result = await asyncio.wait_for(call, 15)
     assert result.is_error
-    assert result.content[0].text == (
+    assert text_of(result.content[0]) == (
         "An operator stopped this tool call: Aborted by operator ops: maintenance"
     )
     row = wait_until(lambda: [r for r in site.rows() if r[0] == session_id and r[1] == "aborted"])
@@ -525,7 +527,7 @@ async def test_staff_see_an_mcp_call_in_the_admin_and_abort_it() -> None:
         assert response.status_code == 302
         result = await asyncio.wait_for(call, 10)
     assert result.is_error
-    assert result.content[0].text == (
+    assert text_of(result.content[0]) == (
         "An operator stopped this tool call: Aborted by operator ops: maintenance"
     )
     record = await row(info.id)

@@ -47,8 +47,8 @@ class McpClient:
         modes: tuple[str, ...] = ("form", "url"),
     ) -> None:
         self.http, self.url, self.token = http, url, token
-        extensions = {TASKS: {}} if tasks else {}
-        elicitation = {mode: {} for mode in modes}
+        extensions: dict[str, dict[str, Any]] = {TASKS: {}} if tasks else {}
+        elicitation: dict[str, dict[str, Any]] = {mode: {} for mode in modes}
         self.capabilities = {"elicitation": elicitation, "extensions": extensions}
         self._ids = 0
 

@@ -15,6 +15,7 @@ from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plu
 from chatbridge.core.sampling import LiteLLMSampler
 from chatbridge.mcp.modes import declared_modes
 from chatbridge.mcp.server import McpBridge, McpSettings
+from tests.mcp_results import elicitation, responses, text_of
 from tests.pages import pay, with_pages
 from tests.raw_mcp import raw_session
 from tests.test_mcp import FLIGHTS, ROUTE, free_seat
@@ -104,9 +105,10 @@ async def test_a_round_trip_url_question_goes_on_once_its_page_is_done() -> None
         assert isinstance(first, types.InputRequiredResult)
         [(key, request)] = first.input_requests.items()
         assert key.startswith("sign:sign:mcp_")
-        params = request.params
+        params = elicitation(request)
+        assert isinstance(params, types.ElicitRequestURLParams)
         assert (params.mode, params.message) == ("url", "Sign the form on its page")
-        consent = {key: types.ElicitResult(action="accept")}
+        consent = responses({key: types.ElicitResult(action="accept")})
         waiting = await client.session.call_tool(
             "sign",
             {},
@@ -160,7 +162,7 @@ async def test_a_client_that_cannot_elicit_gets_the_link_in_a_request_notificati
             "_respond", {"request_id": request["request_id"], "payload": {"token": "forged"}}
         )
         assert refused.is_error  # only the page answers a URL question
-        assert "answered on its own page" in refused.content[0].text
+        assert "answered on its own page" in text_of(refused.content[0])
         await pay(request["url"], SIGNED)
         result = await asyncio.wait_for(call, 10)
     assert result.structured_content == {"signed": True, "token": "signed-on-the-page"}
@@ -240,6 +242,6 @@ async def test_a_form_only_round_trip_client_is_stopped_at_the_url_question(
     ) as client:
         result = await client.session.call_tool("sign", {}, allow_input_required=True)
     assert isinstance(result, types.CallToolResult) and result.is_error
-    assert result.content[0].text.startswith(
+    assert text_of(result.content[0]).startswith(
         "Tool 'sign' needs an answer on a web page (URL mode), and this client declared form mode."
     )

@@ -80,8 +80,10 @@ async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
     async def sink(conversation_id: str, event: ChatEvent) -> None:
         events.append(event)
 
-    def render(request: Any, template: str, context: Any, errors: Any, *, session_id: str) -> str:
-        return f"<form>{template}</form>"
+    def render(
+        request: Any, template_name: str, context: Any, errors: Any, *, session_id: str
+    ) -> str:
+        return f"<form>{template_name}</form>"
 
     Gates.drawn, Gates.work = asyncio.Event(), asyncio.Event()
     store = MemoryStore()

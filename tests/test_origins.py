@@ -12,7 +12,7 @@ import pytest
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from django.conf import Settings
+from pytest_django.fixtures import Settings
 
 from chatbridge.chat.origins import SameOriginValidator, origin_allowed
 from chatbridge.chat.routing import websocket_urlpatterns

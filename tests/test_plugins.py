@@ -106,7 +106,7 @@ def test_registry_lookup_iteration_and_duplicates() -> None:
     with pytest.raises(PluginDefinitionError, match="already registered"):
         registry.register(plugin)
     with pytest.raises(PluginDefinitionError, match="needs a Plugin"):
-        registry.register(trip_tool)  # type: ignore[arg-type]
+        registry.register(trip_tool)
 
 
 async def test_render_rerenders_invalid_posts_with_errors_until_valid() -> None:

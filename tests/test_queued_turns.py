@@ -32,9 +32,9 @@ async def make_hub(
         events.append(event)
 
     def render(
-        request: Any, template: str, context: dict[str, Any], errors: Any, *, session_id: str
+        request: Any, template_name: str, context: dict[str, Any], errors: Any, *, session_id: str
     ) -> str:
-        return f"<form>{template}</form>"
+        return f"<form>{template_name}</form>"
 
     manager = SessionManager(sampler=LiteLLMSampler("offline/engine"))
     hub = ChatHub(

@@ -14,9 +14,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from django.conf import Settings
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from pytest_django.fixtures import Settings
 
 from chatbridge.chat.models import JournalRecord
 from chatbridge.chat.writer import flush

@@ -383,7 +383,7 @@ async def test_unknown_session_errors(manager: SessionManager) -> None:
 
 
 async def test_cancel_result_objects_compare_by_value() -> None:
-    assert Cancel() == Cancel() and Decline() != Cancel()
+    assert Cancel() == Cancel() and Decline() != Cancel()  # type: ignore[comparison-overlap]
     assert Accept({"a": 1}).accepted and not Decline().accepted and Cancel().content is None
 
 
@@ -481,7 +481,7 @@ async def test_a_failing_observer_is_logged_and_never_breaks_the_tool(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     recorder = BrokenRecorder()
-    mgr = SessionManager(observer=recorder)  # type: ignore[arg-type]
+    mgr = SessionManager(observer=recorder)
     try:
         session = await start(mgr)
         assert [e[0] for e in await until_pause(session)] == ["log", "progress", "elicit"]

@@ -69,7 +69,7 @@ def test_definition_mistakes_are_named() -> None:
         return None
 
     with pytest.raises(ToolDefinitionError, match="needs an async function"):
-        create_mcp_tool("t").elicits().execute(not_async)  # type: ignore[arg-type]
+        create_mcp_tool("t").elicits().execute(not_async)
 
 
 async def test_run_validates_params_then_calls_the_body() -> None:
@@ -80,10 +80,10 @@ async def test_run_validates_params_then_calls_the_body() -> None:
         return params.city
 
     tool = create_mcp_tool("t").parameters(TripParams).elicits().execute(body)
-    assert await tool.run({"city": "Oslo", "nights": "2"}, ctx=None) == "Oslo"  # type: ignore[arg-type]
+    assert await tool.run({"city": "Oslo", "nights": "2"}, ctx=None) == "Oslo"
     assert seen == [TripParams(city="Oslo", nights=2)]
     with pytest.raises(InvalidToolParams) as info:
-        await tool.run({"city": "Oslo"}, ctx=None)  # type: ignore[arg-type]
+        await tool.run({"city": "Oslo"}, ctx=None)
     assert info.value.errors[0]["loc"] == ("nights",) and len(seen) == 1
 
 

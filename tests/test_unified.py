@@ -118,7 +118,7 @@ async def test_deny_tells_the_model_the_reason() -> None:
 async def test_several_approvals_are_kept_apart_by_call_id() -> None:
     runs: list[str] = []
 
-    def gated(name: str):  # type: ignore[no-untyped-def]
+    def gated(name: str):
         async def body(params: object, ctx: object) -> str:
             runs.append(name)
             return f"{name} ran"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-from django.conf import Settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from pytest_django.fixtures import Settings
 
 from chatbridge.chat.registry import get_registry
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -302,17 +303,18 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
 
     from chatbridge.chat import store as stores
     from chatbridge.chat.models import Conversation, WorkerHeartbeat
+    from chatbridge.chat.recorder import WORKER_ID
 
     conversation = await Conversation.objects.acreate(owner="session:x")
     cid = str(conversation.id)
     leases = stores.DjangoStore()
     taken = await asyncio.gather(*(leases.take_turn(cid) for _ in range(5)))
     assert taken == [True] * 5  # all this worker's: the hub excludes a second turn itself
-    assert await leases.turn_holder(cid) == stores.WORKER_ID
+    assert await leases.turn_holder(cid) == WORKER_ID
 
     # Another worker (on another host) holds it: refused until it expires or is replaced.
     other = "elsewhere:42"
-    soon = timezone.now() + timezone.timedelta(seconds=30)
+    soon = timezone.now() + timedelta(seconds=30)
     await Conversation.objects.filter(pk=cid).aupdate(turn_worker=other, turn_expires=soon)
     assert await leases.take_turn(cid) is False
     assert await leases.renew_turn(cid) is False
@@ -320,7 +322,7 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
     assert await leases.turn_holder(cid) == other
     assert await leases.take_turn(cid, replacing=other) is True  # its owner is known dead
     await Conversation.objects.filter(pk=cid).aupdate(
-        turn_worker=other, turn_expires=timezone.now() - timezone.timedelta(seconds=1)
+        turn_worker=other, turn_expires=timezone.now() - timedelta(seconds=1)
     )
     assert await leases.turn_holder(cid) == ""
     assert await leases.take_turn(cid) is True  # expired
@@ -331,12 +333,12 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
     alive = sync_to_async(stores.worker_alive)
     await WorkerHeartbeat.objects.acreate(worker=other, beat_at=timezone.now())
     assert await alive(other) is True
-    stale = timezone.now() - timezone.timedelta(seconds=stores.HEARTBEAT_TTL + 1)
+    stale = timezone.now() - timedelta(seconds=stores.HEARTBEAT_TTL + 1)
     await WorkerHeartbeat.objects.filter(pk=other).aupdate(beat_at=stale)
     assert await alive(other) is False
     gone = subprocess.Popen(["true"])
     gone.wait()
-    here = f"{stores.WORKER_ID.rpartition(':')[0]}:{gone.pid}"
+    here = f"{WORKER_ID.rpartition(':')[0]}:{gone.pid}"
     await WorkerHeartbeat.objects.acreate(worker=here, beat_at=timezone.now())
     assert await alive(here) is False
 
