@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from pydantic import BaseModel
@@ -13,9 +14,6 @@ from pydantic import BaseModel
 from chatbridge import (
     Accept,
     ElicitKey,
-    ElicitRequest,
-    ElicitResult,
-    PluginContext,
     PluginDefinitionError,
     SessionManager,
     ToolContext,
@@ -28,19 +26,8 @@ from tests.support import until_pause
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class PickSeat(BaseModel):
-    row: int
-    seat: str
-
-
-class PickMeal(BaseModel):
-    meal: str
-
-
-PICK_SEAT = ElicitKey("pick_seat", PickSeat)
-PICK_MEAL = ElicitKey("pick_meal", PickMeal)
-
-# A small tool as a plugin author writes it; MISTAKES replaces lines to make it wrong.
+# A small tool as a plugin author writes it: mypy checks this text (MISTAKES replaces lines
+# to make it wrong), and the tests below run it.
 TOOL = """\
 from pydantic import BaseModel
 
@@ -97,6 +84,17 @@ MISTAKES = {
     # a handler written for another key
     ".on(PICK_SEAT, seat_form)": ".on(PICK_SEAT, meal_form)",
 }
+
+
+def run_source(source: str) -> ModuleType:
+    module = ModuleType("fly")
+    exec(compile(source, "fly.py", "exec"), module.__dict__)  # noqa: S102 - our own sample
+    return module
+
+
+FLY = run_source(TOOL)
+PickSeat, PickMeal = FLY.PickSeat, FLY.PickMeal
+PICK_SEAT, PICK_MEAL = FLY.PICK_SEAT, FLY.PICK_MEAL
 
 
 def mypy(source: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -191,11 +189,6 @@ def test_definition_mistakes_with_keys_are_refused_with_their_reason() -> None:
     async def run(params: BaseModel, ctx: ToolContext) -> None:
         return None
 
-    async def meal_form(
-        req: ElicitRequest[PickMeal], ctx: PluginContext[PickMeal]
-    ) -> ElicitResult[PickMeal]:
-        return Accept(PickMeal(meal="veg"))
-
     tool = create_mcp_tool("fly").elicits(pick_meal=PickSeat).execute(run)
     with pytest.raises(PluginDefinitionError, match="declared with PickSeat"):
-        make_plugin(tool).on(PICK_MEAL, meal_form)
+        make_plugin(tool).on(PICK_MEAL, FLY.meal_form)

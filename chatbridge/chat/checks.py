@@ -50,26 +50,19 @@ def project_setup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The apps, middleware and settings the chat needs, each missing one named with why."""
     from django.conf import settings
 
-    problems: list[CheckMessage] = []
-    apps, middleware = set(settings.INSTALLED_APPS), list(settings.MIDDLEWARE)
-    for app, why in REQUIRED_APPS.items():
-        if app not in apps:
-            problems.append(
-                Error(
-                    f"ChatBridge needs {app!r} in INSTALLED_APPS: {why}.",
-                    hint=INSTALL_HINT,
-                    id="chatbridge.E002",
-                )
-            )
-    for name, why in REQUIRED_MIDDLEWARE.items():
-        if name not in middleware:
-            problems.append(
-                Error(
-                    f"ChatBridge needs {name!r} in MIDDLEWARE: {why}.",
-                    hint=INSTALL_HINT,
-                    id="chatbridge.E003",
-                )
-            )
+    problems: list[CheckMessage] = [
+        Error(
+            f"ChatBridge needs {name!r} in {setting}: {why}.",
+            hint=INSTALL_HINT,
+            id=f"chatbridge.{code}",
+        )
+        for setting, required, code in (
+            ("INSTALLED_APPS", REQUIRED_APPS, "E002"),
+            ("MIDDLEWARE", REQUIRED_MIDDLEWARE, "E003"),
+        )
+        for name, why in required.items()
+        if name not in set(getattr(settings, setting))
+    ]
     if not getattr(settings, "CHANNEL_LAYERS", None):
         problems.append(
             Error(
