@@ -304,8 +304,8 @@ def test_models_that_are_not_flat_are_refused_when_the_server_is_built() -> None
         "Tool 'ship' cannot be served over MCP: the answer to 'where' (Shipping) does not fit "
         "an MCP form. Elicitation schema field 'address' rendered as {'$ref': "
         "'#/$defs/Address'}, which is not a valid PrimitiveSchemaDefinition. MCP form "
-        "elicitation takes strings, numbers, integers, booleans, Literal choices and lists of "
-        "Literal strings; flatten the model or keep the tool in-app only."
+        "elicitation takes strings, numbers, integers, booleans, choices (Literal or Enum) and "
+        "lists of them; flatten the model or keep the tool in-app only."
     )
 
 

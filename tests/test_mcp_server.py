@@ -4,6 +4,7 @@ server stays up and says why (the official client over the SDK's in-memory trans
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import Any
 
@@ -42,13 +43,34 @@ async def broken(params: Any, ctx: ToolContext) -> None:
     raise RuntimeError("database password is hunter2")
 
 
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Paint(BaseModel):
+    colour: Colour
+    extras: list[Colour] = []
+
+
+PAINT = ElicitKey("paint", Paint)
+
+
+async def paint(params: Any, ctx: ToolContext) -> list[str]:
+    answer = await ctx.elicit(PAINT, message="Which colours?")
+    assert answer.accepted and isinstance(answer.content.colour, Colour)
+    return [answer.content.colour.name, *(c.name for c in answer.content.extras)]
+
+
 def bridge() -> McpBridge:
     greet_tool = create_mcp_tool("greet").elicits(NAME).execute(greet)
     broken_tool = create_mcp_tool("broken").elicits().execute(broken)
+    paint_tool = create_mcp_tool("paint").elicits(PAINT).execute(paint)
     registry = PluginRegistry(
         [
             make_plugin(greet_tool).on(NAME, auto_form).build(),
             make_plugin(broken_tool).build(),
+            make_plugin(paint_tool).on(PAINT, auto_form).build(),
         ]
     )
     manager = SessionManager(sampler=LiteLLMSampler("offline/mcp"))
@@ -134,3 +156,18 @@ async def test_a_malformed_respond_and_request_state_are_invalid_params() -> Non
         types.INVALID_PARAMS,
         "Invalid or expired requestState",
     )
+
+
+async def test_enum_choices_are_offered_as_enums_and_reach_the_tool_as_members() -> None:
+    schemas: list[dict[str, Any]] = []
+
+    async def person(context: Any, params: Any) -> types.ElicitResult:
+        schemas.append(params.requested_schema)
+        return types.ElicitResult(action="accept", content={"colour": "blue", "extras": ["red"]})
+
+    async with Client(bridge().server, mode="legacy", elicitation_callback=person) as client:
+        result = await client.call_tool("paint", {})
+    assert result.structured_content == {"result": ["BLUE", "RED"]}
+    properties = schemas[0]["properties"]
+    assert properties["colour"] == {"enum": ["red", "blue"], "title": "Colour", "type": "string"}
+    assert properties["extras"]["items"] == {"enum": ["red", "blue"], "type": "string"}
