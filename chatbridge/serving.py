@@ -18,6 +18,7 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from chatbridge.runtime import App, Receive, Scope, Send
@@ -40,10 +41,13 @@ def _import_litellm() -> None:
     gc.freeze()
 
 
-def get_asgi_application() -> App:
+def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> App:
     """Django (with static files in debug when nothing else serves them), the chat's
     WebSocket at ``/ws/chat/<id>/`` (same origin only, the session's user), the MCP endpoint at
-    ``/mcp``, and the runtime, started by the ASGI lifespan or daphne's reactor."""
+    ``/mcp``, and the runtime, started by the ASGI lifespan or daphne's reactor.
+
+    ``websocket_urlpatterns``: the project's own Channels routes, served next to the chat's
+    (behind the same origin check and session)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
     from chatbridge.http_handler import get_asgi_application as django_application
 
@@ -55,7 +59,7 @@ def get_asgi_application() -> App:
 
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.origins import SameOriginValidator
-    from chatbridge.chat.routing import websocket_urlpatterns
+    from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
 
     if settings.DEBUG and not _static_served(settings.MIDDLEWARE):
@@ -80,7 +84,9 @@ def get_asgi_application() -> App:
             "http": http_router,
             # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session and
             # user identify the owner.
-            "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            "websocket": SameOriginValidator(
+                AuthMiddlewareStack(URLRouter([*chat_routes, *websocket_urlpatterns]))
+            ),
         }
     )
     application = lifespan(router, ChatBridgeRuntime.from_settings)

@@ -64,7 +64,7 @@ def test_other_origins_are_refused(origin: str | None, host: str | None) -> None
     assert not origin_allowed(origin, host, "ws", allowed_hosts=HOSTS, trusted_origins=TRUSTED)
 
 
-# The project's WebSocket route, guarded by the validator as chatbridge/asgi.py is to do it.
+# The chat's WebSocket route, guarded by the validator as chatbridge.serving does it.
 application = SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 
