@@ -23,10 +23,9 @@ from typing import Any
 
 from chatbridge.runtime import App, Receive, Scope, Send
 
-__all__ = ["MCP_PATH", "WEBSOCKET_PATH", "get_asgi_application"]
+__all__ = ["MCP_PATH", "get_asgi_application"]
 
-WEBSOCKET_PATH = "/ws/chat/"  # the chat pages connect to /ws/chat/<conversation id>/
-MCP_PATH = "/mcp"
+MCP_PATH = "/mcp"  # the MCP endpoint's path (the chat's socket: chatbridge.chat.routing)
 
 logger = logging.getLogger("chatbridge")
 
