@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_PUBLIC": None,
     "CHATBRIDGE_MCP_STATE_TTL": 900.0,
     "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
+    # Seconds between two looks for committed calls (a payment received) that no live worker
+    # holds: each is resumed and finished here, or compensated (None: never look).
+    "CHATBRIDGE_COMMITMENT_SWEEP": 5.0,
 }
 
 

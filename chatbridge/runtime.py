@@ -70,6 +70,7 @@ class ChatBridgeRuntime:
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
         from chatbridge.chat.broadcast import publish
+        from chatbridge.chat.commitments import CommitmentSweeper
         from chatbridge.chat.links import DjangoUrlLinks
         from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
@@ -106,6 +107,8 @@ class ChatBridgeRuntime:
             peers=ChannelPeers(),
         )
         self.mcp = build_mcp_endpoint(self.manager)
+        sweep = setting("CHATBRIDGE_COMMITMENT_SWEEP")
+        self.commitments = CommitmentSweeper(self, sweep if sweep and sweep > 0 else None)
         self.state = "new"  # → running → closing → closed
 
     @classmethod
@@ -133,6 +136,7 @@ class ChatBridgeRuntime:
             ensure_listener()
         self.state = "running"
         _current = self
+        self.commitments.start()  # committed calls no live worker holds are finished here
         self.mcp.log_policy()
         logger.info("ChatBridge runtime started")
 
@@ -147,6 +151,7 @@ class ChatBridgeRuntime:
             if started:
                 from chatbridge.chat.workers import stop_listener
 
+                await self.commitments.aclose()
                 await self.hub.close()  # turns stop; nothing is recorded as ended
                 await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)
@@ -165,11 +170,15 @@ class ChatBridgeRuntime:
     async def _end_calls_held_by_requests(self) -> None:
         """MCP calls that live inside one HTTP request (legacy push, ``_respond``) cannot be
         carried across a restart: their client's request ends here. They end on record, and
-        the client is told to call the tool again, instead of being parked for nobody."""
+        the client is told to call the tool again, instead of being parked for nobody. One
+        that has committed (a payment received) is not ended: it gets the drain's grace to
+        finish and answer its request, and is otherwise parked and finished by the worker
+        that resumes it."""
         for info in self.manager.list_active():
             session = self.manager.get(info.id)
-            if session is not None and session.meta.get("transport") in HELD_BY_REQUEST:
-                await session.abort(RESTARTING, by="server")
+            if session is None or session.meta.get("transport") not in HELD_BY_REQUEST:
+                continue
+            await session.abort(RESTARTING, by="server")
 
     async def __aenter__(self) -> ChatBridgeRuntime:
         await self.start()

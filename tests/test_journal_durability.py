@@ -164,7 +164,7 @@ def held_session(call_id: str) -> None:
 async def test_a_journal_slot_is_written_once() -> None:
     await held_session("slot")
     recorder = DjangoRecorder()
-    session: Any = SimpleNamespace(id="slot")
+    session: Any = SimpleNamespace(id="slot", commitment=None)
     await recorder.append(session, JournalEntry(1, "step", "charge", {"value": 1}, "2", 1, "d"))
     # A second writer of branch 2's first call (another seq: a stale copy) is refused.
     with pytest.raises(IntegrityError):

@@ -81,7 +81,8 @@ async def test_operators_see_and_abort_a_live_call_on_whichever_worker_holds_it(
     [listed] = [s for s in here["sessions"] if s["id"] == "held-here"]
     assert (listed["tool_name"], listed["pending_key"]) == ("waits", "answer")
 
-    assert await broadcast_abort("held-here", "stopped in a test", by="operator") == WORKER_ID
+    reply = await broadcast_abort("held-here", "stopped in a test", by="operator")
+    assert (reply["worker"], reply["decision"]) == (WORKER_ID, "aborted")
     end = await asyncio.wait_for(session.next_event(), 5)
     assert (end.type, getattr(end, "reason", "")) == ("aborted", "stopped in a test")
     assert await broadcast_abort("held-nowhere", "x", by="operator", timeout=0.3) is None

@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from pydantic import BaseModel
 
-from chatbridge.chat.models import ElicitLink
+from chatbridge.chat.models import ElicitLink, ToolSession
 from chatbridge.chat.registry import get_registry
 from chatbridge.conf import setting
 from chatbridge.core.elicit import (
@@ -133,12 +133,14 @@ class DjangoUrlLinks:
             token = await sync_to_async(_open)(request)
         return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
 
+    # Not on the process's database thread: an abort asks these while an operator's request
+    # may hold that thread waiting for the abort's reply (the admin on SQLite).
     async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
-        data = await sync_to_async(_answer)(str(request.id))
+        data = await sync_to_async(_answer, thread_sensitive=False)(str(request.id))
         return result_from_dict(data) if data is not None else None
 
     async def close(self, request: ElicitRequest) -> bool:
-        return await sync_to_async(_close)(str(request.id))
+        return await sync_to_async(_close, thread_sensitive=False)(str(request.id))
 
 
 def find(token: str, *, visit: bool = False) -> ElicitLink:
@@ -149,21 +151,29 @@ def find(token: str, *, visit: bool = False) -> ElicitLink:
         raise LinkUnusable("unknown")
     if row.expires_at <= timezone.now():
         raise LinkUnusable("expired")
-    if row.used:
+    if row.completed_at is not None:
         raise LinkUnusable("used")
+    if row.closed_at is not None:
+        raise LinkUnusable("closed")
     if visit and row.opened_at is None:
         ElicitLink.objects.filter(pk=row.pk, opened_at=None).update(opened_at=timezone.now())
     return row
 
 
-def _mark_completed(token: str, result: dict[str, Any]) -> ElicitLink:
-    """Compare-and-set: exactly one caller completes a live link."""
+def _mark_completed(token: str, result: dict[str, Any], commits: bool) -> ElicitLink:
+    """Compare-and-set: exactly one caller completes a live link. An answer that commits its
+    call (``.commits()``) marks the call committed in the same transaction: from then on no
+    abort ends it silently, on whichever worker it runs or is resumed."""
     row = find(token)
-    done = ElicitLink.objects.filter(
-        pk=row.pk, completed_at=None, closed_at=None, expires_at__gt=timezone.now()
-    ).update(completed_at=timezone.now(), result=result)
-    if not done:
-        raise LinkUnusable("used")
+    with transaction.atomic():
+        done = ElicitLink.objects.filter(
+            pk=row.pk, completed_at=None, closed_at=None, expires_at__gt=timezone.now()
+        ).update(completed_at=timezone.now(), result=result)
+        if not done:
+            closed = ElicitLink.objects.filter(pk=row.pk, completed_at=None).exists()
+            raise LinkUnusable("closed" if closed else "used")
+        if commits:
+            ToolSession.objects.filter(pk=row.call_id).update(committed=row.key)
     return row
 
 
@@ -180,7 +190,8 @@ async def complete(token: str, content: BaseModel | Mapping[str, Any]) -> None:
         row.elicit_id,
         context=row.context,
     )
-    await sync_to_async(_mark_completed)(token, result_to_dict(answer))
+    commits = row.key in plugin.tool.commitments if plugin is not None else False
+    await sync_to_async(_mark_completed)(token, result_to_dict(answer), commits)
     await deliver(row.call_id, row.elicit_id, answer)
 
 

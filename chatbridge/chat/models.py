@@ -176,6 +176,18 @@ class ToolSession(models.Model):
         help_text="the reason an operator gave, as typed (the user reads it)",
     )
     aborted_at = models.DateTimeField(null=True, blank=True)
+    committed = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="the key whose answer committed the call (a payment): no abort ends it silently",
+    )
+    commitment = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="a request to stop made after the commitment, and what became of the "
+        "commitment: finished, compensated (with the compensation's result) or not",
+    )
     resumes = models.PositiveIntegerField(
         default=0, help_text="times the call was resumed by replaying its journal"
     )

@@ -47,15 +47,40 @@ def abort_tool_session(
     ToolSession.objects.filter(pk=session.id, status__in=ACTIVE_STATUSES).update(
         abort_reason=reason
     )
-    worker = async_to_sync(broadcast_abort)(session.id, message, by, wait)
-    if worker is not None:  # its recorder writes the final state as the tool stops
+    reply = async_to_sync(broadcast_abort)(session.id, message, by, wait)
+    if reply is not None:  # its recorder writes the final state as the tool stops
+        worker = reply["worker"]
+        if reply.get("said"):
+            return f"Session {session.id} on worker {worker} was not stopped: {reply['said']}"
         return f"Session {session.id} aborted on worker {worker}."
-    ToolSession.objects.filter(pk=session.id).update(
+    # No worker holds it. A call that has not committed is ended on record; the update is
+    # conditional, so a page committing it (a payment, marked in the same transaction as its
+    # link) and this abort cannot both win.
+    ended = ToolSession.objects.filter(
+        pk=session.id, status__in=ACTIVE_STATUSES, committed=""
+    ).update(
         abort_reason=reason,
         **aborted_row(by=by, error=f"{message} (no running worker held it)", now=timezone.now()),
     )
-    _tell_the_model(session, by, message)
-    return f"Session {session.id} was held by no running worker; marked aborted."
+    if ended:
+        _tell_the_model(session, by, message)
+        return f"Session {session.id} was held by no running worker; marked aborted."
+    return _committed_orphan(session.id, message, by)
+
+
+def _committed_orphan(session_id: str, message: str, by: str) -> str:
+    """A committed call no worker holds is never ended on record: the request to stop is
+    kept, and the worker that resumes the call finishes it or runs its compensation."""
+    row = ToolSession.objects.filter(pk=session_id).first()
+    if row is None or row.status not in ACTIVE_STATUSES:
+        return f"Session {session_id} is not live."
+    request = {**(row.commitment or {}), "abort_reason": message, "abort_by": by}
+    ToolSession.objects.filter(pk=session_id, status__in=ACTIVE_STATUSES).update(commitment=request)
+    return (
+        f"Session {session_id} has committed ({row.committed}) and no running worker holds "
+        "it, so it was not marked aborted: the worker that resumes it finishes it, or runs its "
+        "compensation, with your request to stop on record."
+    )
 
 
 def _tell_the_model(session: ToolSession, by: str, message: str) -> None:

@@ -125,13 +125,17 @@ def _holder(session_id: str) -> str:
     return holder
 
 
-def _append(session_id: str, entry: JournalEntry, now: Any) -> None:
+def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = False) -> None:
     """Write ``entry`` in one transaction with the check that this worker holds the call.
 
     The fenced update of the call's row is the check (and takes the row's lock where the
-    database has row locks); only when it finds nothing is the row read, to say why."""
+    database has row locks); only when it finds nothing is the row read, to say why. An entry
+    that ``commits`` the call marks its row committed in the same transaction."""
+    row: dict[str, Any] = {"updated_at": now}
+    if commits:
+        row["committed"] = entry.key
     with transaction.atomic():
-        if not lean_sql.update(ToolSession, {"updated_at": now}, id=session_id, worker=WORKER_ID):
+        if not lean_sql.update(ToolSession, row, id=session_id, worker=WORKER_ID):
             _holder(session_id)  # raises: no such row, or another worker holds the call
         # The (session, scope, pos) constraint refuses a second writer of the same slot.
         fields = {
@@ -217,7 +221,13 @@ def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, An
         fields.update(
             error=event.reason, aborted_by=session.aborted_by or "", aborted_at=timezone.now()
         )
+    if event.type in ("completed", "failed", "aborted") and event.commitment is not None:
+        fields.update(committed=event.commitment.key, commitment=event.commitment.to_dict())
     return fields
+
+
+def _abort_deferred(session_id: str, commitment: dict[str, Any]) -> None:
+    lean_sql.update(ToolSession, {"commitment": commitment}, id=session_id, worker=WORKER_ID)
 
 
 def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
@@ -235,7 +245,13 @@ class DjangoRecorder:
     """
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
-        await write_now(_append, session.id, entry, timezone.now())
+        commitment = session.commitment
+        commits = (
+            commitment is not None
+            and (entry.kind, entry.key, entry.scope) == ("elicit", commitment.key, "")
+            and entry.result.get("action") == "accept"
+        )
+        await write_now(_append, session.id, entry, timezone.now(), commits)
 
     async def check_held(self, session: PluginSession) -> None:
         await sync_to_async(_holder)(session.id)
@@ -283,6 +299,16 @@ class DjangoRecorder:
         note = {"message": event.message, "progress": event.progress, "total": event.total}
         if _note(session.id, progress=note):
             write_later(_save_notes, session.id)
+
+    async def abort_deferred(self, session: PluginSession) -> None:
+        requested = session.abort_requested
+        if requested is None:
+            return
+        reason, by = requested
+        commitment = {"abort_reason": reason, "abort_by": by or ""}
+        # Queued, not awaited: the one who asked (an operator's request on SQLite's one
+        # database thread) may be waiting for this worker's reply.
+        write_later(_abort_deferred, session.id, commitment)
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
         await write_now(_ended_fields, session.id, _ended_snapshot(session, event))

@@ -16,6 +16,7 @@ from django.template.loader import render_to_string, select_template
 from django.utils.safestring import SafeString, mark_safe
 
 from chatbridge.core.approval import DENIED_BY
+from chatbridge.core.commitment import CommitmentNote
 from chatbridge.core.elicit import ElicitRequest
 from chatbridge.core.human import chat_error_text, field_label, human_value
 from chatbridge.core.protocol import (
@@ -56,6 +57,7 @@ class ToolCallView:
     progress: ProgressNote | None = None
     logs: list[LogLine] = field(default_factory=list)
     aborted_by: str = ""  # who aborted an "aborted" call: "user", "operator <name>", "server"
+    commitment: str = ""  # what became of a committed call (a payment), in words
 
     @property
     def arguments_text(self) -> str:
@@ -180,6 +182,14 @@ def _recorded_outcome(row: ToolSession) -> tuple[str, Any, str | None]:
     return "completed", row.result, None
 
 
+def _recorded_commitment(row: ToolSession) -> str:
+    """What became of a committed call, in words, from its session row."""
+    note = row.commitment if not row.active else None
+    if not note or "outcome" not in note:
+        return ""
+    return CommitmentNote.from_dict(note).text()
+
+
 def _recorded_notes(row: ToolSession) -> tuple[list[LogLine], ProgressNote | None]:
     """The log lines and latest progress a call's card showed, from its session row."""
     logs = [LogLine(call_id=row.id, **line) for line in row.logs or ()]
@@ -232,6 +242,7 @@ def transcript(
                 call.status, call.result, call.error = _recorded_outcome(row)
                 call.logs, call.progress = _recorded_notes(row)
                 call.aborted_by = row.aborted_by or ""
+                call.commitment = _recorded_commitment(row)
             elif answer is not None:
                 call.status, call.result, call.error = _unrecorded_outcome(
                     str(answer.get("content") or "")
@@ -301,6 +312,7 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
         )
         call.aborted_by = event.aborted_by
+        call.commitment = event.commitment
         if event.status in ("running", "denied") and event.call_id not in seen:
             seen.add(event.call_id)
             return _oob("beforeend:#transcript", tool_card(call))

@@ -24,6 +24,7 @@ from chatbridge.chat.models import (
 )
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
+from chatbridge.core.commitment import abort_requested
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
 from chatbridge.core.turns import QueuedMessage
@@ -113,7 +114,14 @@ def _save_latest_phase(conversation_id: str) -> None:
 
 def _resumable(conversation_id: str) -> list[ResumableCall]:
     return [
-        ResumableCall(s.id, s.tool_name, dict(s.arguments), s.journal_entries(), s.worker)
+        ResumableCall(
+            s.id,
+            s.tool_name,
+            dict(s.arguments),
+            s.journal_entries(),
+            s.worker,
+            abort_requested(s.commitment),
+        )
         for s in ToolSession.objects.filter(
             conversation_id=conversation_id, status__in=ACTIVE_STATUSES
         ).order_by("created_at")

@@ -24,6 +24,7 @@ from channels.layers import get_channel_layer
 
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.store import HEARTBEAT_SECONDS, beat, forget_worker, worker_alive
+from chatbridge.core.commitment import abort_decision_text
 from chatbridge.runtime import current_runtime
 
 __all__ = [
@@ -140,9 +141,16 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
     manager = current_runtime().manager
     if message.get("type") == "workers.abort":
         session = manager.get(str(message.get("session_id")))
-        if session is not None:  # answer first: the operator waits for the ack, not the end
-            await layer.send(message["reply_to"], {"type": "workers.aborted", "worker": WORKER_ID})
-            await session.abort(str(message.get("reason")), by=str(message.get("by") or ""))
+        if session is not None:  # answer with the decision: the operator waits for it, not the end
+            reason, by = str(message.get("reason")), str(message.get("by") or "")
+            decision = await session.stop(reason, by=by)
+            commitment = session.commitment
+            reply = {"type": "workers.aborted", "worker": WORKER_ID, "decision": decision}
+            if commitment is not None:
+                reply["said"] = abort_decision_text(decision, commitment.what)
+            await layer.send(message["reply_to"], reply)
+            if decision == "aborted":
+                await session.abort(reason, by=by)
     elif message.get("type") == "workers.page_answer":
         from chatbridge.core.elicit import result_from_dict
 
@@ -277,14 +285,15 @@ async def query_workers(timeout: float = 0.5) -> list[dict[str, Any]]:
 
 async def broadcast_abort(
     session_id: str, reason: str, by: str, timeout: float = 3.0
-) -> str | None:
-    """Ask whichever worker holds ``session_id`` to abort it; the worker's id, or None."""
+) -> dict[str, Any] | None:
+    """Ask whichever worker holds ``session_id`` to abort it; its reply (``worker``,
+    ``decision``, and ``said`` for a committed call), or None if no worker holds it."""
     replies = await _gather(
         {"type": "workers.abort", "session_id": session_id, "reason": reason, "by": by},
         timeout,
         1,
     )
-    return str(replies[0]["worker"]) if replies else None
+    return replies[0] if replies else None
 
 
 async def deliver_page_answer(

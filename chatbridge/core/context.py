@@ -97,6 +97,13 @@ class CallState:
         # Set when the call must not go on (its journal could not be written): every later
         # capability call raises it, whatever the tool caught.
         self.stopped: ChatBridgeError | None = None
+        # Told every answer the tool receives, live or replayed (commitments watch for theirs).
+        self.on_answer: Callable[[str, ElicitResult[Any]], object] | None = None
+
+    def answered(self, key: str, result: ElicitResult[Any]) -> ElicitResult[Any]:
+        if self.on_answer is not None:
+            self.on_answer(key, result)
+        return result
 
     def check_aborted(self) -> None:
         if self.aborted is not None:
@@ -288,8 +295,11 @@ class ToolContext:
         digest = request_digest(asked)
         entry = state.journal.recorded(self.scope, pos, "elicit", key, digest)
         if entry is not None:
-            return validate_result(
-                result_from_dict(entry.result), model, str(elicit_id), context=plain_context
+            return state.answered(
+                key,
+                validate_result(
+                    result_from_dict(entry.result), model, str(elicit_id), context=plain_context
+                ),
             )
         request = ElicitRequest.build(
             elicit_id, model, message, plain_context, state.params, plain_ui, mode
@@ -303,6 +313,7 @@ class ToolContext:
             state.pending = None
         # hosts validate; be sure
         result = validate_result(result, model, str(elicit_id), context=request.context)
+        state.answered(key, result)
         await state.record(
             JournalEntry(seq, "elicit", key, result_to_dict(result), self.scope, pos, digest)
         )

@@ -142,6 +142,7 @@ class ResumableCall:
     arguments: dict[str, Any]
     journal: list[dict[str, Any]]
     worker: str
+    abort_requested: tuple[str, str | None] | None = None  # asked to stop after committing
 
 
 @dataclass

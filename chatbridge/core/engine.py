@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from chatbridge.core.commitment import abort_decision_text
 from chatbridge.core.completion import ToolCallRequest
 from chatbridge.core.conversation import (
     LOST_SESSION_MESSAGE,
@@ -255,11 +256,19 @@ class ChatHub:
     ) -> None:
         """Abort a tool session of this conversation, on whichever worker holds it.
 
-        ``routed``: the command came from another worker; do not pass it on again.
+        ``routed``: the command came from another worker; do not pass it on again. A call
+        that has committed (a payment received) is not stopped: the refusal ``COMMITTED``
+        says it is being finished, or that its question stays open; one stopped at its
+        question to compensate ends on its card as usual.
         """
         conv = self._conversations.get(conversation_id)
-        if conv is not None and session_id in conv.calls and self.manager.get(session_id):
-            await self.manager.abort(session_id, reason, by="user")
+        session = self.manager.get(session_id)
+        if conv is not None and session_id in conv.calls and session is not None:
+            decision = await session.abort(reason, by="user")
+            if decision in ("finishing", "kept") and session.commitment is not None:
+                raise CommandRefused(
+                    "COMMITTED", abort_decision_text(decision, session.commitment.what)
+                )
             return
         if not routed:
             owner = next(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from chatbridge.core.commitment import CommitmentNote
 from chatbridge.core.elicit import ElicitRequest
 
 __all__ = [
@@ -78,9 +79,11 @@ class CompletedEvent:
     session_id: str
     result: Any
     type: Literal["completed"] = "completed"
+    commitment: CommitmentNote | None = None  # committed, finished despite a request to stop
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "session_id": self.session_id, "result": self.result}
+        data = {"type": self.type, "session_id": self.session_id, "result": self.result}
+        return _with_commitment(data, self.commitment)
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class FailedEvent:
     error: str
     exception: BaseException | None = field(default=None, compare=False, repr=False)
     type: Literal["failed"] = "failed"
+    commitment: CommitmentNote | None = None  # committed: what its compensation did
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "session_id": self.session_id, "error": self.error}
+        data = {"type": self.type, "session_id": self.session_id, "error": self.error}
+        return _with_commitment(data, self.commitment)
 
 
 @dataclass(frozen=True)
@@ -103,9 +108,17 @@ class AbortedEvent:
     session_id: str
     reason: str
     type: Literal["aborted"] = "aborted"
+    commitment: CommitmentNote | None = None  # committed: stopped at a question, compensated
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "session_id": self.session_id, "reason": self.reason}
+        data = {"type": self.type, "session_id": self.session_id, "reason": self.reason}
+        return _with_commitment(data, self.commitment)
+
+
+def _with_commitment(data: dict[str, Any], note: CommitmentNote | None) -> dict[str, Any]:
+    if note is not None:
+        data["commitment"] = note.to_dict()
+    return data
 
 
 SessionEvent: TypeAlias = (

@@ -314,5 +314,9 @@ class LinkUnusable(ChatBridgeError):
             "unknown": "This link is not valid.",
             "expired": "This link has expired. Go back to the chat and ask again.",
             "used": "This link was already used; the question it belonged to is closed.",
+            "closed": (
+                "The question of this link was closed (stopped, or answered another way) "
+                "before your answer arrived: nothing you entered here was used."
+            ),
         }
         super().__init__(messages.get(reason, reason))

@@ -58,6 +58,7 @@ class SessionManager:
         self._clock = clock
         self._sessions: dict[str, PluginSession] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._parked: set[str] = set()  # ended here as parked (see ``handed_over``)
 
     async def create(
         self,
@@ -67,10 +68,12 @@ class SessionManager:
         call_id: str,
         journal: Iterable[JournalEntry | Mapping[str, Any]] | None = None,
         meta: Mapping[str, str] | None = None,
+        abort_requested: tuple[str, str | None] | None = None,
     ) -> PluginSession:
         """Validate ``params`` and start the tool; with ``journal``, resume it by replay.
 
-        ``meta`` (for example the conversation id) travels with the session to observers.
+        ``meta`` (for example the conversation id) travels with the session to observers;
+        ``abort_requested``: a request to stop the call made after it committed (on record).
         """
         if not isinstance(call_id, str) or not call_id.strip():
             raise ValueError(f"call_id must be a non-empty string, got {call_id!r}")
@@ -89,6 +92,7 @@ class SessionManager:
             journal_store=self.journal_store,
             meta=meta,
             url_links=self.url_links,
+            abort_requested=abort_requested,
         )
         self._sessions[call_id] = session
         await observe(self.observer, lambda o: o.session_started(session))
@@ -158,9 +162,11 @@ class SessionManager:
         return [s.id for s in parked]
 
     async def shutdown(self, reason: str = "server shutting down") -> None:
-        """Abort every live session and stop the idle reaper."""
+        """Abort every live session and stop the idle reaper. A committed call that will not
+        stop (see ``PluginSession.abort``) is parked: it stays on record, committed."""
         for session in list(self._sessions.values()):
-            await session.abort(reason)
+            if await session.abort(reason) != "aborted":
+                await session.park()
         await self._stop_reaper()
 
     async def aclose(self) -> None:
@@ -174,9 +180,21 @@ class SessionManager:
                 await self._reaper
             self._reaper = None
 
+    def handed_over(self, session_id: str) -> bool:
+        """Did a session of this id end here without ending on record (parked while its
+        call goes on elsewhere or later)? Asked once: the answer is forgotten."""
+        if session_id in self._parked:
+            self._parked.remove(session_id)
+            return True
+        return False
+
     def _forget(self, session: PluginSession) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            if session.parked:
+                self._parked.add(session.id)
+                while len(self._parked) > 10_000:  # bounded: only the latest matter
+                    self._parked.pop()
 
     def _ensure_reaper(self) -> None:
         reaper = self._reaper

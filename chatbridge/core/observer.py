@@ -54,6 +54,10 @@ class SessionObserver(Protocol):
     async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
         """A live call reported progress (``ctx.notify``)."""
 
+    async def abort_deferred(self, session: PluginSession) -> None:
+        """A committed call was asked to stop (``session.abort_requested``): it goes on to
+        finish, or compensates; a worker resuming it must know the request."""
+
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
         """The session completed, failed or was aborted."""
 

@@ -106,6 +106,9 @@ class ToolCallEvent(_Event):
     error: str | None = None
     # Who aborted an ``aborted`` call: "user" (their own Abort), "operator <name>", "server".
     aborted_by: str = ""
+    # A committed call (a payment received): what became of it, in words ("" if nothing
+    # to say: not committed, or finished with no request to stop).
+    commitment: str = ""
 
 
 class ElicitStart(_Event):

@@ -21,6 +21,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from chatbridge.core.approval import DENIED_BY, denial_reason
+from chatbridge.core.commitment import (
+    AbortDecision,
+    Commitment,
+    CommitmentGuard,
+    CommitmentNote,
+)
+from chatbridge.core.compensation import compensate
 from chatbridge.core.context import CallState, ToolContext
 from chatbridge.core.elicit import (
     Cancel,
@@ -42,6 +49,7 @@ from chatbridge.core.events import (
 )
 from chatbridge.core.exceptions import (
     ChatBridgeError,
+    ClaimLost,
     ElicitNotPending,
     ElicitValidationError,
     JournalWriteFailed,
@@ -71,6 +79,8 @@ SessionStatus = Literal[
 ]
 Clock = Callable[[], float]
 _PARKED = "parked: the server is shutting down"
+EXPIRED = "expired: no answer in time"
+EXPIRED_BY = "expiry"
 ON_ITS_PAGE = "This question is answered on its own page: open its link to continue."
 
 
@@ -107,6 +117,7 @@ class PluginSession:
         journal_store: JournalStore | None = None,
         meta: Mapping[str, str] | None = None,
         url_links: UrlLinks | None = None,
+        abort_requested: tuple[str, str | None] | None = None,
     ) -> None:
         self.tool = tool
         self.id = self.call_id = call_id
@@ -121,6 +132,11 @@ class PluginSession:
         self._clock = clock
         self._on_finish = on_finish
         self._state = CallState(tool, call_id, params.model_dump(mode="json"), self, self._journal)
+        # Which answer committed the call, and a request to stop made since (one restored
+        # from the record applies once the replay reaches the commitment again).
+        self._guard = CommitmentGuard(dict(tool.commitments))
+        self._guard.abort = abort_requested
+        self._state.on_answer = self._guard.observe
         self._status: SessionStatus = "running"
         # A plain list and futures made on demand: a suspended session costs little memory.
         self._events: list[SessionEvent] = []
@@ -164,6 +180,27 @@ class PluginSession:
     @property
     def finished(self) -> bool:
         return self._terminal is not None
+
+    @property
+    def commitment(self) -> Commitment | None:
+        """The commitment this call made (its answer on record), or None."""
+        return self._guard.commitment
+
+    @property
+    def abort_requested(self) -> tuple[str, str | None] | None:
+        """A request to stop made after the call committed: (reason, by)."""
+        return self._guard.abort if self._guard.committed else None
+
+    def abort_decision(self) -> AbortDecision:
+        """What ``abort()`` would do now (nothing changes)."""
+        if self._terminal is not None:
+            return "ended"
+        if not self._guard.committed:
+            return "aborted"
+        return self._guard.decision(self._asking())
+
+    def _asking(self) -> bool:
+        return self._pending is not None and not self._pending[1].done()
 
     def idle_seconds(self) -> float:
         """How long the session has waited for an answer (0 unless awaiting one)."""
@@ -272,8 +309,19 @@ class PluginSession:
                 raise ElicitNotPending(self.id, wanted, None)
         self._pending = None
         self._touch()
-        self.last_answer = (wanted, validated)
-        future.set_result(validated)
+        self._resolve(request, future, validated)
+
+    def _resolve(
+        self,
+        request: ElicitRequest,
+        future: asyncio.Future[ElicitResult[Any]],
+        result: ElicitResult[Any],
+    ) -> None:
+        """Close the question with ``result``; an answer that commits the call commits it now,
+        before the tool resumes: from here an abort cannot undo it (see ``abort``)."""
+        self.last_answer = (str(request.id), result)
+        self._guard.observe(request.key, result)
+        future.set_result(result)
 
     async def refused(
         self, elicit_id: str, data: dict[str, Any], errors: dict[str, list[str]]
@@ -285,10 +333,16 @@ class PluginSession:
         await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, data, record))
 
     async def expire(self) -> bool:
-        """Answer the pending question with ``Cancel`` (nobody answered in time)."""
+        """Answer the pending question with ``Cancel`` (nobody answered in time); a committed
+        call that can compensate is stopped there instead, and compensates."""
+        await self._page_answered()  # a page that reported first answered it: not expired
         pending = self._pending
         if pending is None or pending[1].done():
             return False
+        commitment = self._guard.commitment
+        if commitment is not None and commitment.compensate is not None:
+            await self._abort_committed(EXPIRED, EXPIRED_BY)
+            return True
         self._pending = None
         self._touch()
         await observe(
@@ -327,32 +381,73 @@ class PluginSession:
 
     async def abort(
         self, reason: str = "aborted", *, by: str | None = None, grace: float = 5.0
-    ) -> None:
-        """Stop the tool: it sees ``SessionAborted`` at its await point. Idempotent.
+    ) -> AbortDecision:
+        """Stop the tool: it sees ``SessionAborted`` at its await point, and wait for its end.
+        Idempotent.
 
-        ``by`` names who aborted (a user, an operator) for the record.
+        ``by`` names who aborted (a user, an operator) for the record. A call that committed
+        (``.commits()``: its answer is on record) is not stopped where it stands: it finishes,
+        or is stopped at its open question to run its compensation (see
+        ``chatbridge.core.commitment``); the decision is returned for the one who asked.
         """
+        decision = await self.stop(reason, by=by)
+        if decision != "aborted":
+            return decision
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return decision  # a tool aborting itself: it unwinds by raising SessionAborted
+        done, _ = await asyncio.wait({task}, timeout=grace)
+        if not done and not self._guard.committed:  # it caught SessionAborted: stop it hard
+            logger.warning("session %s ignored abort for %.1fs; cancelling", self.id, grace)
+            task.cancel(reason)
+            await asyncio.wait({task})
+        return decision
+
+    async def stop(self, reason: str = "aborted", *, by: str | None = None) -> AbortDecision:
+        """``abort`` without waiting for the tool to end: what it decided, at once."""
         if self._terminal is not None:
-            return
+            return "ended"
+        if self._state.aborted is None and not self._guard.committed:
+            await self._page_answered()
+        if self._guard.committed:
+            return await self._abort_committed(reason, by)
+        if self._terminal is not None:
+            return "ended"
         if self._state.aborted is None:
             self.aborted_by = by
             self._state.aborted = SessionAborted(self.id, reason)
             if self._pending is not None and not self._pending[1].done():
                 self._pending[1].set_exception(self._state.aborted)
-            elif self._task is not None:
+            elif self._task is not None and self._task is not asyncio.current_task():
                 self._task.cancel(reason)
-        task = self._task
-        if task is None:
+        if self._task is None:
             self._finish(AbortedEvent(self.id, reason), "aborted")
             await self._observe_end()
-            return
-        if task is asyncio.current_task():
-            return  # a tool aborting itself: it unwinds by raising SessionAborted
-        done, _ = await asyncio.wait({task}, timeout=grace)
-        if not done:  # the tool caught SessionAborted and kept going: stop it hard
-            logger.warning("session %s ignored abort for %.1fs; cancelling", self.id, grace)
-            task.cancel(reason)
-            await asyncio.wait({task})
+        return "aborted"
+
+    async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision:
+        """An abort after the commitment: noted (and on record, for a worker resuming the
+        call); the tool goes on, or is stopped at its open question to compensate."""
+        decision = self._guard.decision(self._asking())
+        first = self._guard.abort is None
+        self._guard.request_abort(reason, by)
+        if first:
+            logger.info("session %s committed: abort (%s) %s", self.id, reason, decision)
+            await observe(self.observer, lambda o: o.abort_deferred(self))
+        pending = self._pending
+        if decision == "compensating" and pending is not None and not pending[1].done():
+            self._stop_for_compensation()
+            pending[1].set_exception(self._state.aborted or SessionAborted(self.id, reason))
+        return decision
+
+    def _stop_for_compensation(self) -> SessionAborted:
+        """Mark the call stopped by its deferred abort; the exception the tool sees."""
+        assert self._guard.abort is not None
+        reason, by = self._guard.abort
+        if self._state.aborted is None:
+            self.aborted_by = by
+            self._state.aborted = SessionAborted(self.id, reason)
+        return self._state.aborted
 
     async def park(self) -> None:
         """Stop the task without recording an end: the process is going away and the call stays
@@ -375,6 +470,8 @@ class PluginSession:
     # -- CapabilityHost ---------------------------------------------------------------------
 
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
+        if self._guard.stops_at_question():  # committed and asked to stop: it stops here
+            raise self._stop_for_compensation()
         future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._pending = (request, future)
         self.pending_attempts, self.pending_errors, self.pending_field_errors = 0, None, {}
@@ -408,9 +505,23 @@ class PluginSession:
             self._pending = (request, future)
         answered = await self._links.answer(request)
         if answered is not None and not future.done():
-            self.last_answer = (str(request.id), answered)
-            future.set_result(answered)
+            self._resolve(request, future, answered)
         return request
+
+    async def _page_answered(self) -> None:
+        """Before an abort: close the open URL question's link, so its page can no longer
+        report; if the page reported first, its answer stands (a payment taken is a payment
+        taken) and closes the question as if it had arrived before the abort."""
+        pending = self._pending
+        if pending is None or pending[1].done() or pending[0].mode != "url" or not self._links:
+            return
+        request, future = pending
+        if await self._links.close(request) or future.done():
+            return
+        answered = await self._links.answer(request)
+        if answered is not None and not future.done() and self._pending is pending:
+            self._pending = None
+            self._resolve(request, future, answered)
 
     async def _close_link(self, request: ElicitRequest) -> None:
         """The question is over: its link stops working (best effort: it also expires)."""
@@ -477,7 +588,8 @@ class PluginSession:
             raw = await self.tool.fn(self.params, ctx)
             result = to_json_value(raw, f"The result of tool {self.tool_name!r}")
         except SessionAborted as exc:
-            self._finish(AbortedEvent(self.id, exc.reason), "aborted")
+            note = await self._compensated()
+            self._finish(AbortedEvent(self.id, exc.reason, commitment=note), "aborted")
         except asyncio.CancelledError:
             if self._parked:  # not an end of the call: nothing is observed or recorded
                 self._finish(AbortedEvent(self.id, _PARKED), "aborted")
@@ -492,18 +604,44 @@ class PluginSession:
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
             cause = self._state.stopped or exc  # what stopped the call, whatever it raised
-            self._finish(FailedEvent(self.id, f"{type(cause).__name__}: {cause}", cause), "failed")
+            if self._hand_over(cause):
+                return
+            note = await self._compensated()
+            error = f"{type(cause).__name__}: {cause}"
+            self._finish(FailedEvent(self.id, error, cause, commitment=note), "failed")
         else:
             stopped = self._state.stopped
             if self._state.aborted is not None:  # it swallowed SessionAborted
-                self._finish(AbortedEvent(self.id, self._state.aborted.reason), "aborted")
+                note = await self._compensated()
+                reason = self._state.aborted.reason
+                self._finish(AbortedEvent(self.id, reason, commitment=note), "aborted")
             elif stopped is not None:  # it swallowed the failed journal write
+                if self._hand_over(stopped):
+                    return
                 self._finish(
                     FailedEvent(self.id, f"{type(stopped).__name__}: {stopped}", stopped), "failed"
                 )
             else:
-                self._finish(CompletedEvent(self.id, result), "completed")
+                note = self._guard.note("finished") if self._guard.committed else None
+                self._finish(CompletedEvent(self.id, result, commitment=note), "completed")
         await self._observe_end()
+
+    async def _compensated(self) -> CommitmentNote | None:
+        """A committed call that cannot finish runs its compensation; None if not committed."""
+        if not self._guard.committed:
+            return None
+        return await compensate(self._state, self._guard)
+
+    def _hand_over(self, cause: BaseException) -> bool:
+        """A committed call whose journal cannot be written here (the database is away, or
+        another worker took the call) does not end: it stays on record, committed, and is
+        finished by whichever worker resumes it. True if so (it ended here as parked)."""
+        if not self._guard.committed or not isinstance(cause, JournalWriteFailed | ClaimLost):
+            return False
+        logger.warning("committed call %s handed over: %s", self.id, cause)
+        self._parked = True
+        self._finish(AbortedEvent(self.id, _PARKED), "aborted")
+        return True
 
     async def _approve(self, ctx: ToolContext) -> None:
         """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""

@@ -98,6 +98,11 @@ def stopped_message(by: str, reason: str) -> str:
 logger = logging.getLogger("chatbridge.engine")
 
 
+def _with_note(message: str, said: str) -> str:
+    """The tool message with what became of a committed call (the model tells the user)."""
+    return f"{message}\n\n{said}" if said else message
+
+
 class ToolCallRunner:
     """Turns a model's tool call into a session and drives it to the tool message."""
 
@@ -157,6 +162,7 @@ class ToolCallRunner:
                 call_id=call.call_id,
                 journal=call.journal,
                 meta={"conversation_id": conv.id},
+                abort_requested=call.abort_requested,
             )
         except (InvalidToolParams, DuplicateSession) as exc:
             return f"Error: {exc}"
@@ -222,27 +228,34 @@ class ToolCallRunner:
             elif event.type == "elicit":
                 await self._answer(conv, plugin, session, event.request)
             elif event.type == "completed":
-                await self.sink(
-                    conv.id,
-                    started.model_copy(update={"status": "completed", "result": event.result}),
-                )
-                return json.dumps(event.result, ensure_ascii=False)
+                said = event.commitment.text() if event.commitment is not None else ""
+                done = {"status": "completed", "result": event.result, "commitment": said}
+                await self.sink(conv.id, started.model_copy(update=done))
+                return _with_note(json.dumps(event.result, ensure_ascii=False), said)
             elif event.type == "failed":
                 if isinstance(event.exception, ClaimLost):
                     raise event.exception  # handed over: the holder reports the call, not us
-                await self.sink(
-                    conv.id, started.model_copy(update={"status": "failed", "error": event.error})
-                )
-                return f"Error: The tool failed: {event.error}{NOT_QUOTED}"
+                said = event.commitment.text() if event.commitment is not None else ""
+                failed = {"status": "failed", "error": event.error, "commitment": said}
+                await self.sink(conv.id, started.model_copy(update=failed))
+                return _with_note(f"Error: The tool failed: {event.error}{NOT_QUOTED}", said)
+            elif session.parked:  # handed over (see PluginSession): it ends elsewhere, later
+                raise ClaimLost(session.id, "", "")
             elif session.aborted_by == DENIED_BY:
                 denied = {"status": "denied", "error": event.reason}
                 await self.sink(conv.id, started.model_copy(update=denied))
                 return stopped_message(DENIED_BY, event.reason)
             else:
                 by = session.aborted_by or ""
-                aborted = {"status": "aborted", "error": event.reason, "aborted_by": by}
+                said = event.commitment.text() if event.commitment is not None else ""
+                aborted = {
+                    "status": "aborted",
+                    "error": event.reason,
+                    "aborted_by": by,
+                    "commitment": said,
+                }
                 await self.sink(conv.id, started.model_copy(update=aborted))
-                return stopped_message(by, event.reason)
+                return _with_note(stopped_message(by, event.reason), said)
 
     async def _answer(
         self,

@@ -8,10 +8,11 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from chatbridge.core.commitment import Commitment, Compensate
 from chatbridge.core.elicit import KEY_NAME, ElicitKey
 from chatbridge.core.exceptions import InvalidToolParams, ToolDefinitionError
 
@@ -23,6 +24,7 @@ __all__ = ["McpTool", "McpToolBuilder", "NoParams", "ToolHints", "create_mcp_too
 P = TypeVar("P", bound=BaseModel)
 P2 = TypeVar("P2", bound=BaseModel)
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 
 ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
 
@@ -77,6 +79,8 @@ class McpTool(Generic[P, R]):
     plugin: Any = field(default=None, repr=False, compare=False)  # set by create_tool
     hints: ToolHints = field(default_factory=ToolHints)
     examples: tuple[str, ...] = ()  # prompts a person might send to use it (the chat offers them)
+    # Answers that commit a call (a payment), by key: see ``chatbridge.core.commitment``.
+    commitments: Mapping[str, Commitment] = field(default_factory=dict)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -131,6 +135,7 @@ class McpToolBuilder(Generic[P]):
         self._needs_approval = False
         self._hints = ToolHints()
         self._examples: tuple[str, ...] = ()
+        self._commitments: dict[str, Commitment] = {}
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
@@ -197,6 +202,41 @@ class McpToolBuilder(Generic[P]):
         self._elicits = declared
         return self
 
+    @overload
+    def commits(
+        self,
+        key: ElicitKey[M],
+        *,
+        compensate: Callable[[M], Any] | None = None,
+        label: str = "",
+    ) -> McpToolBuilder[P]: ...
+
+    @overload
+    def commits(
+        self, key: str, *, compensate: Compensate | None = None, label: str = ""
+    ) -> McpToolBuilder[P]: ...
+
+    def commits(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        compensate: Compensate | None = None,
+        label: str = "",
+    ) -> McpToolBuilder[P]:
+        """An accepted answer to ``key`` commits the call (a payment): from then on no abort
+        ends it silently. The tool finishes what it committed to; where it cannot (it fails,
+        or is stopped at a later question), ``compensate(answer)`` runs once, as a journaled
+        step (a refund), and the call ends saying so. ``label`` names it for people ("the
+        payment"). The key must be declared in ``.elicits()``."""
+        name = key.name if isinstance(key, ElicitKey) else key
+        if compensate is not None and not callable(compensate):
+            raise ToolDefinitionError(
+                f"Tool {self._name!r}: compensate= of {name!r} must be a function, got "
+                f"{compensate!r}."
+            )
+        self._commitments[name] = Commitment(name, compensate, label)
+        return self
+
     def execute(self, fn: ToolFn[P, R]) -> McpTool[P, R]:
         """Attach the async body and return the finished ``McpTool``."""
         if self._elicits is None:
@@ -208,6 +248,13 @@ class McpToolBuilder(Generic[P]):
             raise ToolDefinitionError(
                 f"Tool {self._name!r}: .execute() needs an async function (async def), got {fn!r}."
             )
+        undeclared = sorted(set(self._commitments) - set(self._elicits))
+        if undeclared:
+            raise ToolDefinitionError(
+                f"Tool {self._name!r} commits on {', '.join(map(repr, undeclared))}, which it "
+                f"does not elicit; declared keys: {', '.join(sorted(self._elicits)) or '(none)'}."
+                " Add it to .elicits()."
+            )
         return McpTool(
             name=self._name,
             description=self._description,
@@ -217,6 +264,7 @@ class McpToolBuilder(Generic[P]):
             needs_approval=self._needs_approval,
             hints=self._effective_hints(),
             examples=self._examples,
+            commitments=dict(self._commitments),
         )
 
     def _effective_hints(self) -> ToolHints:

@@ -37,7 +37,15 @@ def _load(call_id: str) -> StoredCall | None:
         return None
     journal = row.journal_entries()
     return StoredCall(
-        row.tool_name, row.arguments, journal, row.status, row.result, row.error, row.aborted_by
+        row.tool_name,
+        row.arguments,
+        journal,
+        row.status,
+        row.result,
+        row.error,
+        row.aborted_by,
+        row.commitment,
+        row.committed,
     )
 
 
@@ -60,6 +68,8 @@ def _find_task(call_id: str) -> TaskRecord | None:
         row.result,
         row.error,
         row.aborted_by,
+        row.commitment,
+        row.committed,
     )
     meta = {str(k): str(v) for k, v in (row.meta or {}).items()}
     asked = JournalRecord.objects.filter(session_id=call_id, elicit_id=row.pending_elicit_id)
@@ -78,11 +88,12 @@ def _find_task(call_id: str) -> TaskRecord | None:
 
 
 def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:
-    """Compare-and-set on the holder, like a claim: one worker ends the suspended call."""
+    """Compare-and-set on the holder, like a claim: one worker ends the suspended call. A
+    committed call is never ended on record (it is resumed and finished instead)."""
     return bool(
-        ToolSession.objects.filter(pk=call_id, worker=holder, status__in=ACTIVE_STATUSES).update(
-            worker=WORKER_ID, **aborted_row(by=by, error=reason, now=timezone.now())
-        )
+        ToolSession.objects.filter(
+            pk=call_id, worker=holder, status__in=ACTIVE_STATUSES, committed=""
+        ).update(worker=WORKER_ID, **aborted_row(by=by, error=reason, now=timezone.now()))
     )
 
 

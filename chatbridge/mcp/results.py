@@ -7,18 +7,21 @@ One place turns a session's end (its terminal event, or its row after a restart)
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import mcp_types as types
 
 from chatbridge.core.approval import DENIED_BY
+from chatbridge.core.commitment import CommitmentNote
 from chatbridge.core.events import SessionEvent
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.errors import public_failure
 from chatbridge.mcp.modes import REFUSED_BY
 
 __all__ = [
+    "COMMITMENT_META",
     "CallStore",
     "StoredCall",
     "error_of",
@@ -39,12 +42,17 @@ class StoredCall:
     result: Any
     error: str
     aborted_by: str = ""
+    commitment: dict[str, Any] | None = None  # a request to stop it, what became of it
+    committed: str = ""  # the key whose answer committed the call: never ended on record
 
 
 class CallStore(Protocol):
     """Where persisted calls are found after a restart (the ORM in production)."""
 
     async def load(self, call_id: str) -> StoredCall | None: ...
+
+
+COMMITMENT_META = "io.chatbridge/commitment"
 
 
 def result_of(value: Any) -> types.CallToolResult:
@@ -66,8 +74,22 @@ def final_result(
     result: Any,
     error: str,
     aborted_by: str = "",
+    commitment: Mapping[str, Any] | None = None,
 ) -> types.CallToolResult:
-    """The MCP result of an ended call, from its terminal event or its row."""
+    """The MCP result of an ended call, from its terminal event or its row. A committed call
+    (``.commits()``) says what became of its commitment: in words (a text block) and as data
+    (``_meta["io.chatbridge/commitment"]``)."""
+    outcome = _outcome(status, result, error, aborted_by)
+    if commitment:
+        note = CommitmentNote.from_dict(dict(commitment))
+        said = note.text()
+        if said:
+            outcome.content.append(types.TextContent(type="text", text=said))
+        outcome.meta = {**(outcome.meta or {}), COMMITMENT_META: note.to_dict()}
+    return outcome
+
+
+def _outcome(status: str, result: Any, error: str, aborted_by: str) -> types.CallToolResult:
     if status == "completed":
         return result_of(result)
     if status == "failed":
@@ -82,9 +104,11 @@ def final_result(
 
 
 def terminal_result(session: PluginSession, event: SessionEvent) -> types.CallToolResult:
+    if event.type not in ("completed", "failed", "aborted"):
+        return final_result("aborted", None, "ended", session.aborted_by or "")
+    note = event.commitment.to_dict() if event.commitment is not None else None
     if event.type == "completed":
-        return final_result("completed", event.result, "")
+        return final_result("completed", event.result, "", commitment=note)
     if event.type == "failed":
-        return final_result("failed", None, event.error)
-    reason = event.reason if event.type == "aborted" else "ended"
-    return final_result("aborted", None, reason, session.aborted_by or "")
+        return final_result("failed", None, event.error, commitment=note)
+    return final_result("aborted", None, event.reason, session.aborted_by or "", note)

@@ -29,6 +29,7 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from chatbridge.core.approval import APPROVAL_KEY, Approval
+from chatbridge.core.commitment import abort_requested
 from chatbridge.core.elicit import ElicitId, ElicitRequest, result_to_dict, validate_result
 from chatbridge.core.exceptions import ElicitValidationError
 from chatbridge.core.manager import SessionManager
@@ -162,10 +163,17 @@ class Rounds:
             if stored.status in ("running", "awaiting_elicit", "awaiting_sample"):
                 logger.info("resuming MCP call %s from its journal", call_id)
                 session = await self.manager.create(
-                    tool, stored.arguments, call_id=call_id, journal=stored.journal, meta=meta
+                    tool,
+                    stored.arguments,
+                    call_id=call_id,
+                    journal=stored.journal,
+                    meta=meta,
+                    abort_requested=abort_requested(stored.commitment),
                 )
             else:
-                result = final_result(stored.status, stored.result, stored.error, stored.aborted_by)
+                result = final_result(
+                    stored.status, stored.result, stored.error, stored.aborted_by, stored.commitment
+                )
                 ended = _Ended(stored.journal, result, self._clock() + self.ttl)
         if session is not None and session.pending is None and not session.finished:
             outcome = await self._advance(session, caller, channel)  # resumed: to its question

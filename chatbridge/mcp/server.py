@@ -9,9 +9,11 @@ where the client can answer them: pushed elicitation (legacy), ``input_required`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +22,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -44,7 +46,7 @@ from chatbridge.mcp.hosts import (
 from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
 from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
-from chatbridge.mcp.results import CallStore, error_of, final_result, result_of
+from chatbridge.mcp.results import CallStore, error_of, result_of, terminal_result
 from chatbridge.mcp.rounds import Rounds, RoundState
 from chatbridge.mcp.task_cluster import TaskCluster
 from chatbridge.mcp.tasks import Tasks
@@ -347,20 +349,37 @@ class McpBridge:
             await session.abort(CLIENT_GONE)
             event = await session.wait_finished()
         except BaseException:  # the request was cancelled: the client gave up on the call
-            self._abort_later(session, CLIENT_GONE)
+            self._abort_later(session, CLIENT_GONE, ctx)
             raise
-        if event.type == "completed":
-            return result_of(event.result)
-        if event.type == "failed":
-            return final_result("failed", None, event.error)
-        reason = event.reason if event.type == "aborted" else "ended"
-        return final_result("aborted", None, reason, session.aborted_by or "")
+        return terminal_result(session, event)
 
-    def _abort_later(self, session: PluginSession, reason: str) -> None:
-        """Abort from a cancelled request: in a task of its own, which nothing cancels."""
+    def _abort_later(
+        self, session: PluginSession, reason: str, ctx: ServerRequestContext[Any, Any]
+    ) -> None:
+        """Abort from a cancelled request: in a task of its own, which nothing cancels. A
+        call that had committed is not stopped: its client (if still connected) is told how
+        it ended in a log notification, its cancelled request having no response."""
         if session.finished:
             return
-        task = asyncio.get_running_loop().create_task(session.abort(reason))
+
+        async def abort() -> None:
+            if await session.abort(reason) in ("aborted", "ended"):
+                return
+            ended = await session.wait_finished()
+            note = getattr(ended, "commitment", None)
+            if note is None or not note.text():
+                return
+            data = {"call": session.id, "message": note.text(), "commitment": note.to_dict()}
+            if ended.type == "completed":
+                data["result"] = ended.result
+            if not hears(ctx, "warning"):
+                return
+            # Not on the cancelled request's stream (it has none now): the session's own.
+            with warnings.catch_warnings(), contextlib.suppress(Exception):  # client gone
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await ctx.session.send_log_message("warning", data, logger="chatbridge")
+
+        task = asyncio.get_running_loop().create_task(abort())
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 

@@ -54,6 +54,7 @@ from mcp.shared.inbound import decode_header_value
 from mcp_types.jsonrpc import HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from chatbridge.core.commitment import abort_decision_text, abort_requested
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
@@ -291,7 +292,8 @@ class Tasks(Extension):
             return self._recorded(task_id, record)
         holder = record.worker
         elsewhere = holder != cluster.worker and await cluster.alive(holder)
-        if record.updated_at + timedelta(seconds=self.ttl) < now and not elsewhere:
+        expired = record.updated_at + timedelta(seconds=self.ttl) < now
+        if expired and not elsewhere and not record.call.committed:
             # Suspended past its ttl, its worker gone: not resumed, ended on record.
             return await self._end_expired(task_id, holder)
         if elsewhere:
@@ -336,6 +338,7 @@ class Tasks(Extension):
             call_id=task_id,
             journal=record.call.journal,
             meta=meta,
+            abort_requested=abort_requested(record.call.commitment),
         )
         self._created[task_id] = record.created_at
         self._follow(session)
@@ -461,6 +464,10 @@ class Tasks(Extension):
             return task
         pending = session.pending
         if pending is None or not self._asking(session):
+            commitment, requested = session.commitment, session.abort_requested
+            if commitment is not None and requested is not None:  # cancelled after it committed
+                said = abort_decision_text(session.abort_decision(), commitment.what)
+                return {**task, "status": "working", "statusMessage": said}
             return {**task, "status": "working"}
         task["status"] = "input_required"
         task["statusMessage"] = pending.message.splitlines()[0] if pending.message else ""
@@ -478,6 +485,8 @@ class Tasks(Extension):
         task = task_times(
             task_id, record.created_at, record.ended_at or record.updated_at, self.ttl, self.poll_ms
         )
-        outcome = final_result(call.status, call.result, call.error, call.aborted_by)
+        outcome = final_result(
+            call.status, call.result, call.error, call.aborted_by, call.commitment
+        )
         task.update(ended_view(call.status, call.aborted_by, outcome, True))
         return task

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -165,10 +166,10 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     )
     if not paid.accepted:
         return {"booked": False, "reason": f"payment {_PAST[paid.action]}"}
-
-    tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)
+    # Paid: the call is committed (.commits(PAYMENT)). The ticket comes first, nothing between.
     ticket = await ctx.step("issue_ticket", issue_ticket, flight.id, label)
     await ctx.notify("Ticket issued", progress=4, total=4)
+    tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)
     await ctx.log("info", "Booked", ticket=ticket)
     return {
         "booked": True,
@@ -184,6 +185,12 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     }
 
 
+def refund_payment(paid: PaymentDone) -> dict[str, str]:
+    """Undo a payment whose booking cannot be finished (the call's compensation): a refund
+    of the token the page reported."""
+    return {"refund": f"RF-{secrets.token_hex(5).upper()}", "card": f"ending {paid.last4}"}
+
+
 book_flight = (
     create_mcp_tool("book_flight")
     .description(
@@ -193,5 +200,6 @@ book_flight = (
     .example("Book a flight from JFK to LAX")
     .parameters(BookFlightParams)
     .elicits(PICK_FLIGHT, PICK_SEAT, REVIEW, PAYMENT)
+    .commits(PAYMENT, compensate=refund_payment, label="the payment")
     .execute(run_book_flight)
 )
