@@ -29,6 +29,7 @@ from chatbridge.chat import links
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
+from chatbridge.chat.reporting import UrlPageReporterFilter
 from chatbridge.chat.store import owner_key
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
@@ -300,7 +301,9 @@ def _link_refused(request: HttpRequest, exc: LinkUnusable) -> HttpResponse:
 async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
     the question's one-time link; unknown, expired and used links get a page saying so.
-    Django's error reports (logged, mailed) show none of its POST values."""
+    Django's error reports (logged, mailed) and its DEBUG page show none of its POST values
+    and none of its locals."""
+    request.exception_reporter_filter = UrlPageReporterFilter()
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
     try:
