@@ -33,8 +33,10 @@ from chatbridge.chat.reporting import UrlPageReporterFilter
 from chatbridge.chat.store import owner_key
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
+from chatbridge.core.human import nul_refusal
 from chatbridge.core.links import UrlQuestion
 from chatbridge.core.schema import FieldInfo, describe_fields
+from chatbridge.core.storable import nul_at
 
 SIDEBAR_SIZE = 50
 MAX_TITLE = 120  # Conversation.title's max_length
@@ -205,8 +207,11 @@ def rename_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
     context = _action_context(request, item)
     if request.method == "POST":
         title = " ".join(request.POST.get("title", "").split())
-        if not title:
-            context["error"] = "Give the chat a name (or cancel)."
+        error = "Give the chat a name (or cancel)." if not title else ""
+        if nul_at(title) is not None:  # PostgreSQL cannot store it: refused on every database
+            error = nul_refusal("The name")
+        if error:
+            context["error"] = error
             return _sidebar_action(request, "chatbridge/rename_form.html", context, status=400)
         item.title = title[:MAX_TITLE]
         item.save(update_fields=["title", "updated_at"])
