@@ -302,6 +302,16 @@ def _link_refused(request: HttpRequest, exc: LinkUnusable) -> HttpResponse:
     return render(request, "chatbridge/link_refused.html", {"reason": str(exc)}, status=status)
 
 
+async def _expired(request: HttpRequest, token: str) -> HttpResponse | None:
+    """The owner of the chat that asked goes on to a fresh link of its open question (a
+    POST's values are not carried over: the page asks for them again)."""
+    user = await request.auser()
+    fresh = await links.renew(token, owner_key(user, request.session.session_key))
+    if fresh is None:
+        return None
+    return HttpResponseRedirect(reverse("chatbridge:elicit_link", args=[fresh]), status=303)
+
+
 @sensitive_post_parameters()  # what such a page takes is why it is not in the chat
 async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
@@ -314,9 +324,8 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     try:
         row = await sync_to_async(links.find)(token, visit=request.method == "GET")
     except LinkUnusable as exc:
-        if exc.reason == "expired":
-            await links.expire(token)  # its question, if still open, ends as cancelled
-        response = _link_refused(request, exc)
+        response = await _expired(request, token) if exc.reason == "expired" else None
+        response = response or _link_refused(request, exc)
     else:
         plugin = get_registry().get(row.tool_name)
         page = plugin.url_pages.get(row.key) if plugin is not None else None
@@ -333,9 +342,8 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
             try:
                 response = await page(request, question)
             except LinkUnusable as exc:  # used or expired while the page was open
-                if exc.reason == "expired":
-                    await links.expire(token)
-                response = _link_refused(request, exc)
+                response = await _expired(request, token) if exc.reason == "expired" else None
+                response = response or _link_refused(request, exc)
     response["Cache-Control"] = "no-store"
     # The token is in the path: no other site sees it as a referrer. Not "no-referrer": a
     # browser then posts the page's form with "Origin: null", which CSRF checking refuses.
