@@ -161,21 +161,36 @@ async def test_error_reports_never_show_the_card(chat: ChatClient) -> None:
         assert secret not in report
 
 
-async def test_a_visit_to_an_expired_link_ends_its_question(chat: ChatClient) -> None:
-    """The card's link expired while the question is open: the visit says so and the chat
-    goes on (payment cancelled) instead of waiting behind a dead link."""
+async def test_an_expired_link_is_renewed_for_its_chat_and_the_booking_goes_on(
+    chat: ChatClient,
+) -> None:
+    """The card's link expired while the question is open: the booking is not cancelled. A
+    stranger holding the link is refused; the chat's owner is sent on to a fresh link and
+    pays there."""
     form = await to_payment(chat)
     await ElicitLink.objects.filter(elicit_id=form["elicit_id"]).aupdate(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    expired = await AsyncClient().get(page_of(form))
-    assert expired.status_code == 410 and "This link has expired" in expired.content.decode()
-    closed = await chat.next("elicit_complete")
-    assert (closed["elicit_id"], closed["action"]) == (form["elicit_id"], "cancel")
+    stranger = await AsyncClient().get(page_of(form))
+    assert stranger.status_code == 410 and "This link has expired" in stranger.content.decode()
+
+    owner = AsyncClient(enforce_csrf_checks=True)
+    owner.cookies["sessionid"] = chat.session_key
+    sent_on = await owner.get(page_of(form))
+    assert sent_on.status_code == 303
+    fresh = sent_on["Location"]
+    assert fresh.startswith("/elicit/") and fresh != page_of(form)
+    page = await owner.get(fresh)
+    assert page.status_code == 200 and "Pay $" in page.content.decode()
+    token = page.cookies["csrftoken"].value
+    done = await owner.post(fresh, {**PAYMENT, "csrfmiddlewaretoken": token})
+    assert done.status_code == 200 and "card ending in 4444" in done.content.decode()
     result = (await chat.next("tool_call", status="completed"))["result"]
-    assert result == {"booked": False, "reason": "payment cancelled"}
-    again = await AsyncClient().get(page_of(form))
-    assert again.status_code == 410 and "This link has expired" in again.content.decode()
+    assert result["booked"] is True and result["paid"] == {"last4": "4444"}
+    assert not [
+        e for e in chat.events if e["type"] == "elicit_complete" and e["action"] != "accept"
+    ]
+    assert (await owner.get(page_of(form))).status_code == 404  # the old link is gone
 
 
 async def test_a_decline_racing_a_payment_that_went_through_loses(chat: ChatClient) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 
 
 class ChatConfig(AppConfig):
@@ -12,10 +13,14 @@ class ChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from chatbridge import access_logs
         from chatbridge.chat import checks  # noqa: F401  (registers the system checks)
         from chatbridge.chat.auto_forms import read_post
         from chatbridge.chat.registry import get_registry
+        from chatbridge.chat.sqlite_files import make_private
         from chatbridge.core.auto_form import use_form_reader
 
+        access_logs.install()  # link tokens never reach the access log
+        connection_created.connect(make_private, dispatch_uid="chatbridge-private-sqlite")
         use_form_reader(read_post)  # automatic forms' posts are read by their Django form
         get_registry()  # fail at start-up, not on the first request, if a plugin is broken

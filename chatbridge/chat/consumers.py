@@ -25,6 +25,7 @@ from chatbridge.conf import setting
 from chatbridge.core import strict_json
 from chatbridge.core.engine import CommandRefused
 from chatbridge.core.exceptions import ChatBridgeError, format_errors
+from chatbridge.core.human import nul_refusal
 from chatbridge.core.protocol import (
     EVENT_ADAPTER,
     MAX_USER_MESSAGE,
@@ -39,6 +40,7 @@ from chatbridge.core.protocol import (
     UserMessageCommand,
     parse_command,
 )
+from chatbridge.core.storable import nul_at
 from chatbridge.runtime import current_runtime
 
 __all__ = [
@@ -121,6 +123,19 @@ def _too_long(data: dict[str, Any]) -> str | None:
         f"Your message is {len(text):,} characters long; the limit is {MAX_USER_MESSAGE:,}. "
         "Shorten it and send it again."
     )
+
+
+_TEXTS = {"text": "Your message", "reason": "The reason"}
+
+
+def _with_nul(data: dict[str, Any]) -> str | None:
+    """Why a command with a NUL character is refused (no database stores it alike). An
+    answer's content is left to its question, which refuses it on its form's field."""
+    answer = data.get("type") == "elicit_response"
+    where = nul_at({k: v for k, v in data.items() if not (answer and k == "content")})
+    if where is None:
+        return None
+    return nul_refusal(_TEXTS.get(str(where[0]) if where else "", "This command"))
 
 
 class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -222,6 +237,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             return
         if "type" not in data and "command" in data:
             data = command_from_form(data)
+        if (with_nul := _with_nul(data)) is not None:
+            await self.refuse("BAD_TEXT", with_nul)
+            return
         if (too_long := _too_long(data)) is not None:
             await self.refuse("TOO_LONG", too_long)
             return

@@ -7,6 +7,10 @@ per model, field names and database vendor, and convert values with the model fi
 ``get_db_prep_value`` (so JSON, datetimes and UUIDs are stored exactly as the ORM stores them,
 on SQLite and PostgreSQL alike). Only what the ORM would do for plain columns is done here:
 no signals, no ``auto_now`` (callers pass ``updated_at``), no related lookups.
+
+Values are stored with NUL characters replaced (``chatbridge.core.storable``): what reaches
+here was made by the server (a model's reply, a tool's result or log line; text from outside
+with NUL is refused where it enters), and PostgreSQL refuses NUL where SQLite keeps it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.utils import timezone
 
+from chatbridge.core.storable import nul_at, scrubbed
+
 __all__ = ["insert", "max_of", "rows", "select", "update"]
 
 
@@ -27,7 +33,7 @@ def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
     names, keys = tuple(values), tuple(where)
     nulls = tuple(k for k in keys if where[k] is None)
     sql, fields = _update_sql(model, names, keys, nulls, connection.vendor)
-    given = [*values.values(), *(v for v in where.values() if v is not None)]
+    given = [*map(_storable, values.values()), *(v for v in where.values() if v is not None)]
     params = [_prep(f, v) for f, v in zip(fields, given, strict=True)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -37,7 +43,7 @@ def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
 def insert(model: type[Model], values: dict[str, Any]) -> None:
     """``INSERT`` one row of ``model``: ``values`` and, for every other column, its field's
     default (as ``Model.save`` would; an auto primary key is left to the database)."""
-    row = {**_defaults(model), **values}
+    row = {**_defaults(model), **{k: _storable(v) for k, v in values.items()}}
     sql, fields = _insert_sql(model, tuple(row), connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, [_prep(f, v) for f, v in zip(fields, row.values(), strict=True)])
@@ -90,6 +96,12 @@ def _decoded(row: tuple[Any, ...], decoders: list[Any]) -> tuple[Any, ...]:
         v if d is None else d.from_db_value(v, None, connection)
         for v, d in zip(row, decoders, strict=True)
     )
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str | dict | list) and nul_at(value) is not None:
+        return scrubbed(value)
+    return value
 
 
 def _prep(field: Field[Any, Any], value: Any) -> Any:

@@ -2,9 +2,10 @@
 
 A link is ``<origin>/elicit/<token>/``: one question's (bound to its call and elicitation id),
 one time (a page that answered, or a question closed otherwise, ends it), expiring
-(``CHATBRIDGE_URL_LINK_TTL`` seconds). The row keeps a hash of the token, never the token: the
-token is an HMAC of the question and a nonce under the secret key, so asking the same question
-again (a replay, a restart) hands out the same link until it expires.
+(``CHATBRIDGE_URL_LINK_TTL`` seconds; the owner of the chat that asked gets a fresh link on a
+visit to an expired one while the question is open). The row keeps a hash of the token, never
+the token: the token is an HMAC of the question and a nonce under the secret key, so asking the
+same question again (a replay, a restart) hands out the same link until it expires.
 
 ``complete`` is what a plugin's page calls through ``UrlQuestion.complete``: it validates the
 answer with the key's model, marks the link used (compare-and-set, so two tabs cannot both
@@ -35,7 +36,6 @@ from chatbridge.chat.registry import get_registry
 from chatbridge.conf import setting
 from chatbridge.core.elicit import (
     Accept,
-    Cancel,
     ElicitRequest,
     ElicitResult,
     result_from_dict,
@@ -44,7 +44,7 @@ from chatbridge.core.elicit import (
 )
 from chatbridge.core.exceptions import ElicitNotPending, LinkUnusable
 
-__all__ = ["DjangoUrlLinks", "complete", "expire", "find", "remember_origin", "token_hash"]
+__all__ = ["DjangoUrlLinks", "complete", "find", "remember_origin", "renew", "token_hash"]
 
 logger = logging.getLogger("chatbridge.links")
 
@@ -195,25 +195,33 @@ async def complete(token: str, content: BaseModel | Mapping[str, Any]) -> None:
     await deliver(row.call_id, row.elicit_id, answer)
 
 
-def _expire(token: str) -> ElicitLink | None:
-    """Compare-and-set: the expired link of a question still open ends it with ``Cancel``
-    (on record, for a call resumed later); the row, or None if it was not open."""
-    row = ElicitLink.objects.filter(token_hash=token_hash(token)).first()
-    if row is None:
+def _renew(token: str, owner: str) -> str | None:
+    """A fresh token for ``token``'s expired link, if its question is still open and was
+    asked in a chat of ``owner``; None otherwise."""
+    with transaction.atomic():
+        row = ElicitLink.objects.select_for_update().filter(token_hash=token_hash(token)).first()
+        if row is None or row.result is not None or row.closed_at is not None:
+            return None
+        if row.expires_at > timezone.now():  # renewed meanwhile (another tab): theirs is live
+            return None
+        asked_in = ToolSession.objects.filter(pk=row.call_id, conversation__owner=owner)
+        if not asked_in.exists():
+            return None
+        row.nonce = secrets.token_hex(16)
+        row.token_hash = token_hash(_token(row.elicit_id, row.nonce))
+        row.expires_at, row.opened_at = timezone.now() + _ttl(), None
+        row.save(update_fields=["nonce", "token_hash", "expires_at", "opened_at"])
+    return _token(row.elicit_id, row.nonce)
+
+
+async def renew(token: str, owner: str | None) -> str | None:
+    """A visit found ``token``'s link expired. The question stays open (it ends on its own
+    timeout: a booking is not cancelled because a link aged); the owner of the chat it was
+    asked in gets a fresh link to it (None for anyone else: what expiry protects is a link
+    that leaked)."""
+    if owner is None:
         return None
-    ended = ElicitLink.objects.filter(
-        pk=row.pk, completed_at=None, closed_at=None, expires_at__lte=timezone.now()
-    ).update(closed_at=timezone.now(), result=result_to_dict(Cancel()))
-    return row if ended else None
-
-
-async def expire(token: str) -> None:
-    """A visit found ``token``'s link expired: if its question is still open, it ends as
-    cancelled, so the chat goes on instead of waiting behind a link nobody can use (the
-    session's own idle timeout is much longer than a link's)."""
-    row = await sync_to_async(_expire)(token)
-    if row is not None:
-        await deliver(row.call_id, row.elicit_id, Cancel())
+    return await sync_to_async(_renew)(token, owner)
 
 
 async def deliver(call_id: str, elicit_id: str, answer: ElicitResult[Any]) -> bool:

@@ -29,11 +29,14 @@ from chatbridge.chat import links
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
+from chatbridge.chat.reporting import UrlPageReporterFilter
 from chatbridge.chat.store import owner_key
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
+from chatbridge.core.human import nul_refusal
 from chatbridge.core.links import UrlQuestion
 from chatbridge.core.schema import FieldInfo, describe_fields
+from chatbridge.core.storable import nul_at
 
 SIDEBAR_SIZE = 50
 MAX_TITLE = 120  # Conversation.title's max_length
@@ -204,8 +207,11 @@ def rename_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
     context = _action_context(request, item)
     if request.method == "POST":
         title = " ".join(request.POST.get("title", "").split())
-        if not title:
-            context["error"] = "Give the chat a name (or cancel)."
+        error = "Give the chat a name (or cancel)." if not title else ""
+        if nul_at(title) is not None:  # PostgreSQL cannot store it: refused on every database
+            error = nul_refusal("The name")
+        if error:
+            context["error"] = error
             return _sidebar_action(request, "chatbridge/rename_form.html", context, status=400)
         item.title = title[:MAX_TITLE]
         item.save(update_fields=["title", "updated_at"])
@@ -296,19 +302,30 @@ def _link_refused(request: HttpRequest, exc: LinkUnusable) -> HttpResponse:
     return render(request, "chatbridge/link_refused.html", {"reason": str(exc)}, status=status)
 
 
+async def _expired(request: HttpRequest, token: str) -> HttpResponse | None:
+    """The owner of the chat that asked goes on to a fresh link of its open question (a
+    POST's values are not carried over: the page asks for them again)."""
+    user = await request.auser()
+    fresh = await links.renew(token, owner_key(user, request.session.session_key))
+    if fresh is None:
+        return None
+    return HttpResponseRedirect(reverse("chatbridge:elicit_link", args=[fresh]), status=303)
+
+
 @sensitive_post_parameters()  # what such a page takes is why it is not in the chat
 async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
     the question's one-time link; unknown, expired and used links get a page saying so.
-    Django's error reports (logged, mailed) show none of its POST values."""
+    Django's error reports (logged, mailed) and its DEBUG page show none of its POST values
+    and none of its locals."""
+    request.exception_reporter_filter = UrlPageReporterFilter()
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
     try:
         row = await sync_to_async(links.find)(token, visit=request.method == "GET")
     except LinkUnusable as exc:
-        if exc.reason == "expired":
-            await links.expire(token)  # its question, if still open, ends as cancelled
-        response = _link_refused(request, exc)
+        response = await _expired(request, token) if exc.reason == "expired" else None
+        response = response or _link_refused(request, exc)
     else:
         plugin = get_registry().get(row.tool_name)
         page = plugin.url_pages.get(row.key) if plugin is not None else None
@@ -325,9 +342,8 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
             try:
                 response = await page(request, question)
             except LinkUnusable as exc:  # used or expired while the page was open
-                if exc.reason == "expired":
-                    await links.expire(token)
-                response = _link_refused(request, exc)
+                response = await _expired(request, token) if exc.reason == "expired" else None
+                response = response or _link_refused(request, exc)
     response["Cache-Control"] = "no-store"
     # The token is in the path: no other site sees it as a referrer. Not "no-referrer": a
     # browser then posts the page's form with "Origin: null", which CSRF checking refuses.

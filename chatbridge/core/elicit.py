@@ -12,8 +12,9 @@ from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
 from chatbridge.core.exceptions import ElicitValidationError, ToolDefinitionError
-from chatbridge.core.human import pydantic_messages
+from chatbridge.core.human import NUL_KIND, NUL_TECHNICAL, pydantic_messages
 from chatbridge.core.model_context import encode_message, with_context
+from chatbridge.core.storable import nul_at
 
 __all__ = [
     "Accept",
@@ -168,6 +169,10 @@ def validate_result(
     content = result.content
     if isinstance(content, BaseModel):  # re-validate: model_construct() skips validation
         content = content.model_dump()
+    where = nul_at(content)
+    if where is not None:  # no database stores it alike (PostgreSQL refuses it): refused here
+        nul: list[dict[str, Any]] = [{"loc": where[:1], "msg": NUL_TECHNICAL, "type": NUL_KIND}]
+        raise ElicitValidationError(elicit_id, model.__name__, nul, pydantic_messages(nul, model))
     try:
         return Accept(model.model_validate(content, context=context))
     except ValidationError as exc:

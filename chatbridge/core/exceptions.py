@@ -312,7 +312,8 @@ class LinkUnusable(ChatBridgeError):
         self.reason = reason
         messages = {
             "unknown": "This link is not valid.",
-            "expired": "This link has expired. Go back to the chat and ask again.",
+            "expired": "This link has expired. Open it from the chat it was sent to (that "
+            "chat gets a fresh link while the question is open), or ask again.",
             "used": "This link was already used; the question it belonged to is closed.",
             "closed": (
                 "The question of this link was closed (stopped, or answered another way) "

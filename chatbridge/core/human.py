@@ -18,15 +18,20 @@ from typing import Any
 from pydantic import BaseModel
 
 __all__ = [
+    "NUL_TECHNICAL",
     "HumanText",
     "chat_error_text",
     "field_label",
     "human_list",
     "human_value",
+    "nul_refusal",
     "pydantic_messages",
     "schema_error_message",
 ]
 
+# The error type of a text with a NUL character (``chatbridge.core.storable``), and its words.
+NUL_KIND = "string_nul"
+NUL_TECHNICAL = "String should not contain a NUL character (U+0000)"
 EMAIL_EXAMPLE = "Enter an email address like name@example.com"
 COLOUR_EXAMPLE = "Enter a colour as # and six hex digits, like #1a2b3c"
 _COLOUR_PATTERNS = ("^#[0-9a-fA-F]{6}$", "^#[0-9a-f]{6}$", "^#[0-9A-Fa-f]{6}$")
@@ -155,6 +160,8 @@ def _message(
         return "Enter a web address, like https://example.com"
     if kind == "string_unicode":
         return "Enter plain text: this has a character that cannot be read"
+    if kind == NUL_KIND:
+        return "Enter plain text: this has a NUL character (U+0000), which cannot be saved"
     if kind == "string_type":
         return "Enter some text"
     if kind in ("list_type", "too_short", "too_long"):
@@ -272,6 +279,13 @@ _CHAT_ERRORS = {
     "INTERNAL_ERROR": "Something went wrong on the server. Please try again.",
     "LLM_ERROR": "The assistant could not reply just now. Please try again in a moment.",
 }
+
+
+def nul_refusal(what: str) -> str:
+    """Why a text (``what``: "Your message", "The reason") with a NUL character is refused."""
+    return (
+        f"{what} has a NUL character (U+0000), which cannot be saved. Remove it and send it again."
+    )
 
 
 def chat_error_text(code: str, message: str) -> str:

@@ -68,6 +68,7 @@ from chatbridge.core.journal import (
 from chatbridge.core.links import UrlLinks
 from chatbridge.core.observer import SessionObserver, observe
 from chatbridge.core.sampling import Sampler, SampleRequest, SampleResult
+from chatbridge.core.storable import for_the_record
 from chatbridge.core.tools import McpTool
 
 __all__ = ["Clock", "PluginSession", "SessionInfo", "SessionStatus"]
@@ -330,7 +331,8 @@ class PluginSession:
         self.pending_attempts += 1
         self.pending_field_errors = errors
         record = technical_errors(errors)  # the record keeps the validators' own words
-        await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, data, record))
+        kept = for_the_record(data)  # as it came, even NaN or a NUL character
+        await observe(self.observer, lambda o: o.answer_rejected(self, elicit_id, kept, record))
 
     async def expire(self) -> bool:
         """Answer the pending question with ``Cancel`` (nobody answered in time); a committed

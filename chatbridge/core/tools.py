@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from chatbridge.core.commitment import Commitment, Compensate
 from chatbridge.core.elicit import KEY_NAME, ElicitKey
 from chatbridge.core.exceptions import InvalidToolParams, ToolDefinitionError
+from chatbridge.core.human import NUL_TECHNICAL
+from chatbridge.core.storable import nul_at
 
 if TYPE_CHECKING:
     from chatbridge.core.context import ToolContext
@@ -109,6 +111,9 @@ class McpTool(Generic[P, R]):
         if not isinstance(raw, Mapping):
             errors = [{"loc": (), "msg": f"expected an object, got {type(raw).__name__}"}]
             raise InvalidToolParams(self.name, errors)
+        where = nul_at(raw)
+        if where is not None:  # no database stores it alike (PostgreSQL refuses it)
+            raise InvalidToolParams(self.name, [{"loc": where, "msg": NUL_TECHNICAL}])
         try:
             return self.parameters_model.model_validate(dict(raw))
         except ValidationError as exc:
