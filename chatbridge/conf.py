@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_PUBLIC": None,
     "CHATBRIDGE_MCP_STATE_TTL": 900.0,
     "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
+    # Seconds the runtime's database writes and reads wait for a database that went away (a
+    # restart) before they fail; a journal write that fails then stops its call.
+    "CHATBRIDGE_DB_RETRY_SECONDS": 30.0,
 }
 
 

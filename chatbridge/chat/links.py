@@ -31,6 +31,7 @@ from django.utils.crypto import salted_hmac
 from pydantic import BaseModel
 
 from chatbridge.chat.models import ElicitLink
+from chatbridge.chat.outage import db_call
 from chatbridge.chat.registry import get_registry
 from chatbridge.conf import setting
 from chatbridge.core.elicit import (
@@ -128,17 +129,17 @@ class DjangoUrlLinks:
 
     async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> str:
         try:
-            token = await sync_to_async(_open)(request)
+            token = await db_call(_open, request)
         except IntegrityError:  # two workers opened the same question at once: take theirs
-            token = await sync_to_async(_open)(request)
+            token = await db_call(_open, request)
         return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
 
     async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
-        data = await sync_to_async(_answer)(str(request.id))
+        data = await db_call(_answer, str(request.id))
         return result_from_dict(data) if data is not None else None
 
     async def close(self, request: ElicitRequest) -> bool:
-        return await sync_to_async(_close)(str(request.id))
+        return await db_call(_close, str(request.id))
 
 
 def find(token: str, *, visit: bool = False) -> ElicitLink:
