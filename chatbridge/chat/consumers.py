@@ -13,8 +13,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from chatbridge.chat.broadcast import attach, conversation_group, detach
+from chatbridge.chat.broadcast import attach, detach
 from chatbridge.chat.disconnects import client_gone
+from chatbridge.chat.layer_link import LayerLink
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.links import remember_origin
 from chatbridge.chat.models import Conversation
@@ -127,7 +128,7 @@ def _too_long(data: dict[str, Any]) -> str | None:
     )
 
 
-class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Forwards commands to the hub and renders the conversation's events for this socket."""
 
     conversation_id: str
@@ -175,9 +176,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             )
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        await self.channel_layer.group_add(
-            conversation_group(self.conversation_id), self.channel_name
-        )
+        await self.join()  # while the channel layer is down, once it is back
         # Events of this process come straight to ``deliver``; they wait in the outbox until
         # the state and the open forms below are sent.
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
@@ -207,9 +206,15 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             self._sender = None
         if hasattr(self, "conversation_id"):
             detach(self.conversation_id, self)
-            await self.channel_layer.group_discard(
-                conversation_group(self.conversation_id), self.channel_name
-            )
+            await self.leave()
+
+    async def rejoined(self) -> None:
+        """The channel layer is back after an outage: the conversation's state again, and
+        the worker running its turn, if another, shows its open questions again (events it
+        published meanwhile were lost)."""
+        hub = current_runtime().hub
+        await self.send_event(hub.state(self.conversation_id))
+        await hub.recover(self.conversation_id)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
