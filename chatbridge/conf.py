@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds between two looks for committed calls (a payment received) that no live worker
     # holds: each is resumed and finished here, or compensated (None: never look).
     "CHATBRIDGE_COMMITMENT_SWEEP": 5.0,
+    # Seconds the runtime's database writes and reads wait for a database that went away (a
+    # restart) before they fail; a journal write that fails then stops its call.
+    "CHATBRIDGE_DB_RETRY_SECONDS": 30.0,
 }
 
 

@@ -79,7 +79,7 @@ def proxy_ssl_header(raw: str) -> tuple[str, str] | None:
     return "HTTP_" + header.upper().replace("-", "_"), value.strip() or "https"
 
 
-def database_from_url(url: str, *, pool_size: int = 10) -> dict[str, Any]:
+def database_from_url(url: str, *, pool_size: int = 10, pool_timeout: int = 10) -> dict[str, Any]:
     """A ``DATABASES`` entry from a ``postgres://`` or ``sqlite:///`` URL."""
     parts = urlsplit(url)
     if parts.scheme in ("postgres", "postgresql", "pgsql"):
@@ -94,7 +94,19 @@ def database_from_url(url: str, *, pool_size: int = 10) -> dict[str, Any]:
             # persistent connection per thread piles up; a pool bounds them per process and
             # makes the others wait their turn instead of failing with "too many clients".
             "CONN_MAX_AGE": 0,
-            "OPTIONS": {"pool": {"min_size": 1, "max_size": pool_size, "timeout": 20}},
+            # With a pool, Django has it check a connection before handing it out (psycopg's
+            # ``ConnectionPool.check_connection``): one it kept may have been cut off since
+            # (a restart ends them all) and is replaced instead of failing a request.
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {
+                "pool": {
+                    "min_size": 1,
+                    "max_size": pool_size,
+                    # How long a request waits for a connection: the pool is busy, or the
+                    # database is away (restarting); then the request gets a 503.
+                    "timeout": pool_timeout,
+                }
+            },
         }
     if parts.scheme == "sqlite":
         name = unquote(parts.path)[1:] if parts.path.startswith("//") else unquote(parts.path)

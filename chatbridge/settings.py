@@ -75,6 +75,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a request that fails because the database is away gets a 503, never a 500.
+    "chatbridge.chat.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files in every mode: collected and hashed in production, from the apps in debug.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -107,9 +109,15 @@ TEMPLATES = [
 
 _database_url = _env.get("DATABASE_URL")
 if _database_url:
-    # DATABASE_POOL_SIZE: PostgreSQL connections this process may hold at once.
-    _pool_size = env_int(_env, "DATABASE_POOL_SIZE", 10)
-    DATABASES = {"default": database_from_url(_database_url, pool_size=_pool_size)}
+    # DATABASE_POOL_SIZE: PostgreSQL connections this process may hold at once;
+    # DATABASE_POOL_TIMEOUT: seconds a request waits for one (then it gets a 503).
+    DATABASES = {
+        "default": database_from_url(
+            _database_url,
+            pool_size=env_int(_env, "DATABASE_POOL_SIZE", 10),
+            pool_timeout=env_int(_env, "DATABASE_POOL_TIMEOUT", 10),
+        )
+    }
 else:
     DATABASES = {"default": sqlite_database(BASE_DIR / "db.sqlite3")}
     # A file, not :memory:, so live-server tests in other threads/processes see the data.
@@ -188,6 +196,8 @@ CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "").strip()
 CHATBRIDGE_MCP_PUBLIC = env_flag(_env, "CHATBRIDGE_MCP_PUBLIC", DEBUG)
 CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900"))
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
+# Seconds writes and reads of the runtime wait for a database that went away (a restart).
+CHATBRIDGE_DB_RETRY_SECONDS = float(os.environ.get("CHATBRIDGE_DB_RETRY_SECONDS", "30"))
 
 LOGGING = {
     "version": 1,

@@ -13,11 +13,13 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from chatbridge.chat.broadcast import attach, conversation_group, detach
+from chatbridge.chat.broadcast import attach, detach
 from chatbridge.chat.disconnects import client_gone
+from chatbridge.chat.layer_link import LayerLink
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.links import remember_origin
 from chatbridge.chat.models import Conversation
+from chatbridge.chat.outage import DatabaseUnavailable, db_call
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.store import owner_key
@@ -63,6 +65,10 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_LARGE = 4009
 CLOSE_RATE_LIMITED = 4429
 CLOSE_TOO_SLOW = 4408  # the client did not read its events
+CLOSE_TRY_AGAIN = 1013  # "try again later": the database is away (the page reconnects)
+UNAVAILABLE = (
+    "The database is unavailable right now, so that was not done; please send it again in a moment."
+)
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
 
 
@@ -91,7 +97,6 @@ def _page_origin(scope: dict[str, Any]) -> str:
     return f"{scheme}://{host}" if host else ""
 
 
-@sync_to_async
 def _owns(conversation_id: str, owner: str) -> bool:
     return Conversation.objects.filter(pk=conversation_id, owner=owner).exists()
 
@@ -138,7 +143,7 @@ def _with_nul(data: dict[str, Any]) -> str | None:
     return nul_refusal(_TEXTS.get(str(where[0]) if where else "", "This command"))
 
 
-class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Forwards commands to the hub and renders the conversation's events for this socket."""
 
     conversation_id: str
@@ -172,15 +177,21 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.strikes = 0
         session = self.scope.get("session")
         owner = owner_key(self.scope.get("user"), session.session_key if session else None)
-        if owner is None or not await _owns(self.conversation_id, owner):
+        try:
+            owned = owner is not None and await db_call(_owns, self.conversation_id, owner)
+        except DatabaseUnavailable:  # the page connects again (its reconnect backs off)
+            logger.warning(
+                "socket for conversation %s: the database is unavailable", self.conversation_id
+            )
+            await self.close(code=CLOSE_TRY_AGAIN)
+            return
+        if not owned:
             logger.warning(
                 "refused socket for conversation %s (owner %s)", self.conversation_id, owner
             )
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        await self.channel_layer.group_add(
-            conversation_group(self.conversation_id), self.channel_name
-        )
+        await self.join()  # while the channel layer is down, once it is back
         # Events of this process come straight to ``deliver``; they wait in the outbox until
         # the state and the open forms below are sent.
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
@@ -194,7 +205,10 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 await self.send_event(form)
             self._sender = asyncio.create_task(self._send_outbox(), name="chatbridge-socket-outbox")
             # Calls suspended in a process that is gone come back by replay (forms follow).
-            await hub.recover(self.conversation_id)
+            try:
+                await hub.recover(self.conversation_id)
+            except DatabaseUnavailable as exc:  # the next socket or answer recovers them
+                logger.warning("conversation %s not recovered: %s", self.conversation_id, exc)
         except BaseException:  # a socket that failed to start leaves nothing behind
             with contextlib.suppress(Exception):
                 await self.disconnect(1011)
@@ -207,9 +221,15 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             self._sender = None
         if hasattr(self, "conversation_id"):
             detach(self.conversation_id, self)
-            await self.channel_layer.group_discard(
-                conversation_group(self.conversation_id), self.channel_name
-            )
+            await self.leave()
+
+    async def rejoined(self) -> None:
+        """The channel layer is back after an outage: the conversation's state again, and
+        the worker running its turn, if another, shows its open questions again (events it
+        published meanwhile were lost)."""
+        hub = current_runtime().hub
+        await self.send_event(hub.state(self.conversation_id))
+        await hub.recover(self.conversation_id)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
@@ -262,6 +282,11 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.refuse(exc.code, str(exc))
         except ChatBridgeError as exc:
             await self.refuse("REFUSED", str(exc))
+        except DatabaseUnavailable as exc:  # waited for it in vain: nothing was done
+            logger.warning(
+                "command %s in conversation %s: %s", command.type, self.conversation_id, exc
+            )
+            await self.refuse("UNAVAILABLE", UNAVAILABLE)
         except Exception:  # never let a command take the socket down
             logger.exception(
                 "command %s failed in conversation %s", command.type, self.conversation_id

@@ -32,6 +32,7 @@ from django.utils.crypto import salted_hmac
 from pydantic import BaseModel
 
 from chatbridge.chat.models import ElicitLink, ToolSession
+from chatbridge.chat.outage import db_call
 from chatbridge.chat.registry import get_registry
 from chatbridge.conf import setting
 from chatbridge.core.elicit import (
@@ -128,19 +129,19 @@ class DjangoUrlLinks:
 
     async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> str:
         try:
-            token = await sync_to_async(_open)(request)
+            token = await db_call(_open, request)
         except IntegrityError:  # two workers opened the same question at once: take theirs
-            token = await sync_to_async(_open)(request)
+            token = await db_call(_open, request)
         return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
 
     # Not on the process's database thread: an abort asks these while an operator's request
     # may hold that thread waiting for the abort's reply (the admin on SQLite).
     async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
-        data = await sync_to_async(_answer, thread_sensitive=False)(str(request.id))
+        data = await db_call(_answer, str(request.id), thread_sensitive=False)
         return result_from_dict(data) if data is not None else None
 
     async def close(self, request: ElicitRequest) -> bool:
-        return await sync_to_async(_close, thread_sensitive=False)(str(request.id))
+        return await db_call(_close, str(request.id), thread_sensitive=False)
 
 
 def find(token: str, *, visit: bool = False) -> ElicitLink:

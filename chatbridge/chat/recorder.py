@@ -16,14 +16,14 @@ import socket
 import threading
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from chatbridge.chat import lean_sql
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
-from chatbridge.chat.writer import write_later, write_now
+from chatbridge.chat.outage import db_call
+from chatbridge.chat.writer import undo_on_retry, write_later, write_now
 from chatbridge.core.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.core.exceptions import ClaimLost
 from chatbridge.core.journal import EntryKind, JournalEntry
@@ -93,7 +93,15 @@ def _save_status(session_id: str) -> None:
     with _latest_status_lock:
         fields = _latest_status.pop(session_id, None)
     if fields is not None:
+        undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
         lean_sql.update(ToolSession, fields, id=session_id, worker=WORKER_ID)
+
+
+def _put_back(latest: dict[str, Any], lock: threading.Lock, key: str, value: Any) -> None:
+    """A write that took ``value`` runs again (the database went away): it finds it again,
+    unless a newer one came meanwhile."""
+    with lock:
+        latest.setdefault(key, value)
 
 
 def _requested(
@@ -154,11 +162,9 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
 
 def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
     record = JournalRecord.objects.filter(session_id=session_id, elicit_id=elicit_id).last()
-    if record is not None:
-        record.rejected = [
-            *record.rejected,
-            {"at": at.isoformat(), "data": data, "errors": errors},
-        ]
+    refused = {"at": at.isoformat(), "data": data, "errors": errors}
+    if record is not None and refused not in record.rejected:  # written once, if run again
+        record.rejected = [*record.rejected, refused]
         record.save(update_fields=["rejected"])
 
 
@@ -188,6 +194,7 @@ def _save_notes(call_id: str) -> None:
         notes = _notes.pop(call_id, None)
     if notes is None:
         return
+    undo_on_retry(lambda: _notes_back(call_id, notes))
     with transaction.atomic():  # the row locked: the kept lines are read, then extended
         row = lean_sql.select(ToolSession, ("logs",), for_update=True, id=call_id, worker=WORKER_ID)
         if row is None:
@@ -199,6 +206,19 @@ def _save_notes(call_id: str) -> None:
             fields["progress"] = notes["progress"]
         if fields:
             lean_sql.update(ToolSession, fields, id=call_id, worker=WORKER_ID)
+
+
+def _notes_back(call_id: str, notes: dict[str, Any]) -> None:
+    """The notes a write took, back before those that came since (it runs again: the
+    database went away). Should its commit have happened after all, those lines show twice
+    in the call's card: they are not worth a statement more on every write."""
+    with _notes_lock:
+        newer = _notes.get(call_id)
+        if newer is None:
+            _notes[call_id] = notes
+        else:
+            newer["logs"] = [*notes["logs"], *newer["logs"]][-MAX_LOG_LINES:]
+            newer["progress"] = newer["progress"] or notes["progress"]
 
 
 def _plain(data: dict[str, Any]) -> Any:
@@ -254,7 +274,7 @@ class DjangoRecorder:
         await write_now(_append, session.id, entry, timezone.now(), commits)
 
     async def check_held(self, session: PluginSession) -> None:
-        await sync_to_async(_holder)(session.id)
+        await db_call(_holder, session.id)
 
     async def session_started(self, session: PluginSession) -> None:
         await write_now(_started, session)

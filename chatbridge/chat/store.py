@@ -8,7 +8,6 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -22,8 +21,9 @@ from chatbridge.chat.models import (
     WorkerHeartbeat,
     as_llm_message,
 )
+from chatbridge.chat.outage import db_call
 from chatbridge.chat.recorder import WORKER_ID
-from chatbridge.chat.writer import write_later, write_now
+from chatbridge.chat.writer import undo_on_retry, write_later, write_now
 from chatbridge.core.commitment import abort_requested
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
@@ -57,6 +57,8 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
     with transaction.atomic():  # the conversation's row locked: one writer of its next seq
         if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
             raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+        if lean_sql.select(Message, ("id",), id=message_id) is not None:
+            return  # written by a run whose commit was cut off (the database went away)
         last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
         now = timezone.now()
         lean_sql.insert(
@@ -108,8 +110,15 @@ def _save_latest_phase(conversation_id: str) -> None:
         phase = _latest_phase.pop(conversation_id, None)
     if phase is None:
         return
+    undo_on_retry(lambda: _phase_back(conversation_id, phase))
     lean_sql.update(Conversation, {"phase": phase}, id=conversation_id)
     lean_sql.update(ToolSession, {"phase": phase}, conversation_id=conversation_id, ended_at=None)
+
+
+def _phase_back(conversation_id: str, phase: str) -> None:
+    """The write runs again (the database went away): it finds its phase, or a newer one."""
+    with _latest_phase_lock:
+        _latest_phase.setdefault(conversation_id, phase)
 
 
 def _resumable(conversation_id: str) -> list[ResumableCall]:
@@ -220,7 +229,10 @@ def _queued(conversation_id: str) -> list[QueuedMessage]:
 def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
     with transaction.atomic():
         conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
-        conversation.queue = [*(conversation.queue or ()), message.to_json()]
+        queue = conversation.queue or []
+        if any(m.get("id") == message.id for m in queue):
+            return  # queued by a run whose commit was cut off (the database went away)
+        conversation.queue = [*queue, message.to_json()]
         conversation.save(update_fields=["queue"])
 
 
@@ -239,7 +251,7 @@ class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
-        return await sync_to_async(_messages)(conversation_id)
+        return await db_call(_messages, conversation_id)
 
     async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
         await write_now(_append, conversation_id, message_id, message)
@@ -249,15 +261,15 @@ class DjangoStore:
             write_later(_save_latest_phase, conversation_id)
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:
-        return await sync_to_async(_resumable)(conversation_id)
+        return await db_call(_resumable, conversation_id)
 
     async def claim(self, call_id: str, worker: str) -> bool:
-        return await sync_to_async(_claim)(call_id, worker)
+        return await db_call(_claim, call_id, worker)
 
     # -- MessageQueue: messages waiting for the running turn, durable -----------------------
 
     async def queued(self, conversation_id: str) -> list[QueuedMessage]:
-        return await sync_to_async(_queued)(conversation_id)
+        return await db_call(_queued, conversation_id)
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
         await write_now(_enqueue, conversation_id, message)
@@ -268,13 +280,13 @@ class DjangoStore:
     # -- TurnLeases: one running turn per conversation across workers ----------------------
 
     async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return await sync_to_async(_take_turn)(conversation_id, replacing)
+        return await db_call(_take_turn, conversation_id, replacing)
 
     async def renew_turn(self, conversation_id: str) -> bool:
-        return await sync_to_async(_renew_turn)(conversation_id)
+        return await db_call(_renew_turn, conversation_id)
 
     async def release_turn(self, conversation_id: str) -> None:
-        await sync_to_async(_release_turn)(conversation_id)
+        await db_call(_release_turn, conversation_id)
 
     async def turn_holder(self, conversation_id: str) -> str:
-        return await sync_to_async(_turn_holder)(conversation_id)
+        return await db_call(_turn_holder, conversation_id)

@@ -21,7 +21,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import DatabaseError
 
+from chatbridge.chat.outage import db_call
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.store import HEARTBEAT_SECONDS, beat, forget_worker, worker_alive
 from chatbridge.core.commitment import abort_decision_text
@@ -88,7 +90,9 @@ async def _heartbeat() -> None:
     while True:
         try:
             await sync_to_async(beat)()
-        except Exception:  # the database may be back before the heartbeat expires
+        except DatabaseError as exc:  # the database may be back before the heartbeat expires
+            logger.warning("heartbeat of %s failed: %s: %s", WORKER_ID, type(exc).__name__, exc)
+        except Exception:
             logger.exception("heartbeat of %s failed", WORKER_ID)
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
@@ -343,7 +347,7 @@ class ChannelPeers:
         """Is ``worker``'s heartbeat recent? (This process never asks about itself.)"""
         if worker == WORKER_ID or not worker:
             return False
-        return await sync_to_async(worker_alive)(worker)
+        return await db_call(worker_alive, worker)
 
     async def route(self, worker: str, conversation_id: str, command: Any) -> dict[str, Any] | None:
         """Hand an answer to the worker holding its session; its reply, or None if it is gone."""

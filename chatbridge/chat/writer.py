@@ -22,6 +22,13 @@ Two lanes, each in order:
 
 ``flush`` waits until every write queued before it, in both lanes, is done.
 ``write_later``/``write_now``/``flush`` reach the writer of the running runtime.
+
+While the database is away (a restart cuts connections off, new ones are refused) a group that
+failed for that reason runs again, whole and in order, until the database is back or its writes
+have waited ``CHATBRIDGE_DB_RETRY_SECONDS`` (then they fail as before). So every write must be
+idempotent: a group whose commit was cut off may have committed. A write that takes data kept
+in memory (the coalesced status, phase and log writes) says with ``undo_on_retry`` how to put
+it back for its next run.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +45,24 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 
-__all__ = ["LINGER", "MAX_GROUP", "Writer", "WriterNotRunning", "flush", "write_later", "write_now"]
+from chatbridge.chat.outage import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    DatabaseUnavailable,
+    connection_broken,
+    retry_seconds,
+)
+
+__all__ = [
+    "LINGER",
+    "MAX_GROUP",
+    "Writer",
+    "WriterNotRunning",
+    "flush",
+    "undo_on_retry",
+    "write_later",
+    "write_now",
+]
 
 logger = logging.getLogger("chatbridge.writer")
 
@@ -46,6 +71,7 @@ LINGER = 0.002  # seconds a group of background writes gathers more
 
 _Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[None] | None"]
 _Outcome = BaseException | None
+_Undo = Callable[[], None]
 
 
 class WriterNotRunning(RuntimeError):
@@ -66,6 +92,10 @@ class Writer:
         self._task: asyncio.Task[None] | None = None
         self._thread: ThreadPoolExecutor | None = None
         self._closing = False
+        # Loop time at which each write waiting for the database first failed, by the id of
+        # its job (a job stays queued while it waits, so its id stays its own).
+        self._failing_since: dict[int, float] = {}
+        self._backoff = BACKOFF_FIRST
 
     @property
     def running(self) -> bool:
@@ -145,14 +175,14 @@ class Writer:
         if hurry:
             self._hurry.set()
 
-    def _next_group(self, now: float) -> list[_Job]:
+    def _next_group(self, now: float) -> tuple[list[_Job], deque[_Job]]:
         """Awaited writes first, unless background writes are due (they never starve)."""
         overdue = self._background and (now >= self._due or self._barriers)
         lane = self._background if overdue or not self._awaited else self._awaited
         group = [lane.popleft() for _ in range(min(len(lane), MAX_GROUP))]
         if lane is self._background:
             self._barriers -= sum(1 for _, _, done in group if done is not None)
-        return group
+        return group, lane
 
     async def _work(self) -> None:
         assert self._wake is not None and self._hurry is not None
@@ -166,32 +196,76 @@ class Writer:
                 self._hurry.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._hurry.wait(), wait)
-            group = self._next_group(loop.time())
+            group, lane = self._next_group(loop.time())
             try:
                 if self._thread is None:
-                    outcomes = await shared(group)
+                    outcomes, outage = await shared(group)
                 else:
-                    outcomes = await loop.run_in_executor(self._thread, _run_group, group)
+                    run = loop.run_in_executor(self._thread, _run_group, group)
+                    outcomes, outage = await run
             except asyncio.CancelledError:  # closing: nobody may wait for ever
                 for _, _, done in group:
                     if done is not None and not done.done():
                         done.set_exception(WriterNotRunning("The writer was stopped."))
                 raise
-            for (fn, _, done), outcome in zip(group, outcomes, strict=True):
-                if outcome is None:
-                    if done is not None and not done.done():
-                        done.set_result(None)
-                elif done is None:  # nobody waits for it: say so in the log
-                    logger.error(
-                        "background write %s failed",
-                        getattr(fn, "__name__", fn),
-                        exc_info=(type(outcome), outcome, outcome.__traceback__),
-                    )
-                elif not done.done():
-                    done.set_exception(outcome)
+            if outage:
+                self._settle(*self._wait_for_database(group, outcomes, lane, loop.time()))
+                await asyncio.sleep(self._backoff)  # the database is restarting: no busy loop
+                self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+                continue
+            if self._failing_since:
+                logger.info("the database is back; the writes that waited for it are done")
+                self._failing_since.clear()
+                self._backoff = BACKOFF_FIRST
+            self._settle(group, outcomes)
+
+    def _wait_for_database(
+        self, group: list[_Job], outcomes: list[_Outcome], lane: deque[_Job], now: float
+    ) -> tuple[list[_Job], list[_Outcome]]:
+        """``group`` failed because the database is away (nothing of it is on record, or all
+        of it is: it runs again whole). Its writes that have not waited their time yet go back
+        to the head of ``lane``, in order; the others, and their errors, are returned."""
+        if not self._failing_since:
+            error = next((o for o in outcomes if o is not None), None)
+            logger.warning(
+                "the database is unavailable (%s: %s); writes wait for it up to %.0f s",
+                type(error).__name__,
+                error,
+                retry_seconds(),
+            )
+        patience = retry_seconds()
+        keep: list[_Job] = []
+        failed: list[tuple[_Job, _Outcome]] = []
+        for job, outcome in zip(group, outcomes, strict=True):
+            if now - self._failing_since.setdefault(id(job), now) < patience:
+                keep.append(job)
+            else:
+                self._failing_since.pop(id(job), None)
+                gone = DatabaseUnavailable(str(outcome or "the database is unavailable"))
+                gone.__cause__ = outcome
+                failed.append((job, gone))
+        lane.extendleft(reversed(keep))
+        if lane is self._background:
+            self._barriers += sum(1 for _, _, done in keep if done is not None)
+        return [job for job, _ in failed], [outcome for _, outcome in failed]
+
+    def _settle(self, group: list[_Job], outcomes: list[_Outcome]) -> None:
+        """Tell each write's waiter how it went (a background write's failure is logged)."""
+        for (fn, _, done), outcome in zip(group, outcomes, strict=True):
+            if outcome is None:
+                if done is not None and not done.done():
+                    done.set_result(None)
+            elif done is None:  # nobody waits for it: say so in the log
+                logger.error(
+                    "background write %s failed",
+                    getattr(fn, "__name__", fn),
+                    exc_info=(type(outcome), outcome, outcome.__traceback__),
+                )
+            elif not done.done():
+                done.set_exception(outcome)
 
 
-def _run_group(group: list[_Job]) -> list[_Outcome]:
+def _run_group(group: list[_Job]) -> tuple[list[_Outcome], bool]:
     """On the database thread: every write of ``group`` in one transaction.
 
     An awaited write runs in a savepoint of its own: when it fails, only it is rolled back and
@@ -202,15 +276,24 @@ def _run_group(group: list[_Job]) -> list[_Outcome]:
     before its failing statement stays (each of them writes one row, or rows that need not
     change together). If the transaction itself fails (the
     connection broke), every write of the group that had not failed already fails with that
-    error, and the connection is dropped so the next group opens a new one."""
+    error, and the connection is dropped so the next group opens a new one.
+
+    The second value says whether the group failed because the database went away (its
+    connection is broken, or none could be had): then it is to run again, whole, and what its
+    writes took from memory has been put back (``undo_on_retry``)."""
     outcomes: list[_Outcome] = [None] * len(group)
     if all(fn is _nothing for fn, _, _ in group):  # only flush barriers: nothing to write
-        return outcomes
+        return outcomes, False
     if _stale():
         close_old_connections()
     every_one = connections["default"].vendor != "sqlite"
+    undo: list[_Undo] = []
+    _undo.callbacks = undo
+    raw: Any = None  # the connection the group started on
+    outer_failed = False
     try:
         with transaction.atomic():
+            raw = connections["default"].connection
             if len(group) == 1:  # its own transaction isolates it
                 group[0][0](*group[0][1])
             else:
@@ -227,10 +310,33 @@ def _run_group(group: list[_Job]) -> list[_Outcome]:
                             transaction.set_rollback(False)
     except Exception as exc:
         outcomes = [outcome or exc for outcome in outcomes]
-        if len(group) > 1 or connections["default"].errors_occurred:
-            with contextlib.suppress(Exception):
-                connections["default"].close()
-    return outcomes
+        outer_failed = True
+    finally:
+        _undo.callbacks = None
+    if all(outcome is None for outcome in outcomes):
+        return outcomes, False
+    # Gone away: none could be had, the broken one was dropped (and another taken) on the way
+    # out of the transaction, or the one kept does not work.
+    connection = connections["default"]
+    if raw is None or connection.connection is not raw or connection_broken():
+        for callback in reversed(undo):
+            callback()
+        return outcomes, True
+    if outer_failed and (len(group) > 1 or connection.errors_occurred):
+        with contextlib.suppress(Exception):
+            connection.close()
+    return outcomes, False
+
+
+_undo = threading.local()  # the undo callbacks of the group running on this thread
+
+
+def undo_on_retry(callback: _Undo) -> None:
+    """Called by a write that took data from memory: ``callback`` puts it back, should the
+    write have to run again (its group failed because the database went away)."""
+    callbacks: list[_Undo] | None = getattr(_undo, "callbacks", None)
+    if callbacks is not None:
+        callbacks.append(callback)
 
 
 def _stale() -> bool:

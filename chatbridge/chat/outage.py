@@ -1,0 +1,116 @@
+"""The database going away and coming back: telling an outage from other errors, and waiting
+one out for a bounded time.
+
+PostgreSQL restarted (a deploy, a failover) cuts off every connection; for a few seconds new
+ones are refused. What the runtime writes and reads then is retried until the database is back,
+for at most ``CHATBRIDGE_DB_RETRY_SECONDS``: the writes are idempotent (keyed by call and
+journal slot, by message id), so a retry after a commit whose outcome was lost with its
+connection writes nothing twice. Past that time the error is raised as before (a journal write
+that did not happen stops its call). Pages are not retried: they answer 503 with
+``Retry-After`` (``chatbridge.chat.unavailable``).
+
+An outage is an ``OperationalError`` or ``InterfaceError`` after which the connection does not
+work (or none could be had): a refused or cut-off connection, a pool that found none. The same
+errors on a working connection (SQLite's "no such table", a deadlock) are not waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import InterfaceError, OperationalError, connections
+
+from chatbridge.conf import setting
+
+__all__ = ["RETRY_AFTER", "DatabaseUnavailable", "db_call", "is_outage", "retry_seconds"]
+
+logger = logging.getLogger("chatbridge.db")
+
+T = TypeVar("T")
+
+RETRY_AFTER = 5  # seconds a client is told to wait (HTTP Retry-After) before trying again
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
+
+
+class DatabaseUnavailable(OperationalError):
+    """The database cannot be reached (an outage, told apart from a failing statement)."""
+
+
+def retry_seconds() -> float:
+    """How long writes and reads wait for the database to come back."""
+    return float(setting("CHATBRIDGE_DB_RETRY_SECONDS"))
+
+
+def connection_broken(alias: str = "default") -> bool:
+    """On the database thread: after an error, is this thread's connection gone or unusable?
+    A broken one is closed (given back to the pool, which drops it), so the next statement
+    takes a working connection."""
+    connection = connections[alias]
+    raw = connection.connection
+    if raw is None:
+        return True  # none could be had: refused, or the pool timed out
+    if not getattr(raw, "closed", False) and connection.is_usable():
+        return False
+    with contextlib.suppress(Exception):
+        connection.close()
+    return True
+
+
+def is_outage(exc: BaseException, alias: str = "default") -> bool:
+    """On the database thread, right after ``exc`` (outside any transaction): was it the
+    database going away?"""
+    if isinstance(exc, DatabaseUnavailable):
+        return True
+    return isinstance(exc, (OperationalError, InterfaceError)) and connection_broken(alias)
+
+
+def drop_failed_connection(alias: str = "default") -> None:
+    """On the database thread, before a statement: a connection on which a statement failed
+    is checked first, and dropped if the database went away meanwhile."""
+    connection = connections[alias]
+    if connection.connection is not None and connection.errors_occurred:
+        if connection_broken(alias):
+            return
+        connection.errors_occurred = False
+
+
+def _attempt(fn: Callable[..., T], *args: Any) -> T:
+    drop_failed_connection()
+    try:
+        return fn(*args)
+    except (OperationalError, InterfaceError) as exc:
+        if isinstance(exc, DatabaseUnavailable) or not connection_broken():
+            raise
+        raise DatabaseUnavailable(str(exc)) from exc
+
+
+async def db_call(fn: Callable[..., T], *args: Any, thread_sensitive: bool = True) -> T:
+    """``fn(*args)`` (a synchronous ORM function that may be run again: a read, or a write
+    that is idempotent) on the database thread, retried while the database is away, for up to
+    ``retry_seconds()``; then ``DatabaseUnavailable``. ``thread_sensitive=False`` runs it on a
+    thread of its own instead (for calls a request holding the database thread may wait for)."""
+    run = sync_to_async(_attempt, thread_sensitive=thread_sensitive)
+    loop = asyncio.get_running_loop()
+    deadline: float | None = None
+    delay = BACKOFF_FIRST
+    while True:
+        try:
+            return await run(fn, *args)
+        except DatabaseUnavailable as exc:
+            now = loop.time()
+            if deadline is None:
+                deadline = now + retry_seconds()
+                logger.warning("%s: the database is unavailable (%s); retrying", _name(fn), exc)
+            if now >= deadline:
+                raise
+            await asyncio.sleep(min(delay, deadline - now))  # back off between attempts
+            delay = min(delay * 2, BACKOFF_MAX)
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", fn))

@@ -1,0 +1,74 @@
+"""Redis stopped and started again under a worker serving chat sockets: the sockets stay
+open, answers sent meanwhile are carried out, a page loaded meanwhile connects."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from plugins.book_flight.data import seat_map_for
+from tests.chat_http import RemoteChat, pay_over_http
+from tests.servers import free_port, start_uvicorn, stop
+from tests.test_worker_faults import OwnRedis, cluster_rows, own_redis
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+__all__ = ["own_redis"]  # the fixture, used here
+
+
+@pytest.fixture
+def worker(own_redis: OwnRedis, tmp_path: object) -> Iterator[tuple[str, dict[str, str]]]:
+    """One uvicorn worker on a fresh PostgreSQL database and the test's own Redis."""
+    from tests.test_scale_out import cluster_database
+
+    with cluster_database(own_redis.url) as env:
+        port = free_port()
+        proc = start_uvicorn(port, env)
+        try:
+            yield f"http://127.0.0.1:{port}", env
+        finally:
+            stop(proc)
+
+
+@pytest.mark.timeout(120)
+async def test_a_redis_outage_closes_no_socket_and_drops_no_answer(
+    own_redis: OwnRedis, worker: tuple[str, dict[str, str]]
+) -> None:
+    base, env = worker
+    async with aiohttp.ClientSession() as http:
+        chat = await RemoteChat.open(http, base)
+        await chat.connect(base)
+        flight_id, seats = await chat.book_to_seat()
+
+        own_redis.kill()  # groups, channels and connections are gone with it
+        label = seat_map_for(flight_id).first_free()
+        await chat.answer(seats, seat_label=label)  # on the socket opened before the outage
+        review = await chat.next("elicit", key="review")
+        # A page loaded meanwhile connects and shows the open question.
+        reloaded = RemoteChat(http, chat.cookie, chat.conversation_id)
+        await reloaded.connect(base)
+        again = await reloaded.next("elicit", key="review")
+        assert again["elicit_id"] == review["elicit_id"]
+
+        own_redis.start()  # empty: it knows no group any more
+        await chat.answer(review, confirm=True)
+        await reloaded.next("elicit", key="payment")  # both sockets still get the events
+        payment = await chat.next("elicit", key="payment")
+        await pay_over_http(http, payment["url"])
+        done = await chat.next("tool_call", status="completed", timeout=30)
+        assert (done["result"]["booked"], done["result"]["seat"]) == (True, label)
+        await reloaded.next("tool_call", status="completed", timeout=30)
+        errors = [e for c in (chat, reloaded) for e in c.events if e["type"] == "error"]
+        assert errors == []
+        for client in (chat, reloaded):
+            assert client.socket is not None and not client.socket.closed
+            await client.close()
+
+    rows = cluster_rows(env, seats["call_id"])
+    assert rows["status"] == "completed"
+    [ticket] = rows["steps"]  # issued once
+    assert done["result"]["ticket"] in json.dumps(ticket)
+    assert rows["tool_messages"] == [done["result"]]
