@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest test-fast fuzz bench bench-quick clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest test-fast fuzz race bench bench-quick clean
 
 # The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
 # itself installed as a package (editable), as a project that uses it installs it.
@@ -86,6 +86,10 @@ test-fast: lint typecheck
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
 fuzz: setup
 	CHATBRIDGE_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/test_reliability.py -k fuzzed -p no:cacheprovider --timeout 3600
+
+# The commitment race harness with 200 trials per abort path (make test runs 30).
+race: setup
+	CHATBRIDGE_RACE_TRIALS=200 $(BIN)/python -m pytest tests/test_commitment_races.py tests/test_commitment_restarts.py -p no:cacheprovider --timeout 3600
 
 # The benchmarks of bench/ (every goal of bench/RESULTS.md, measured side by side; they append
 # their results there). bench-quick runs smaller sizes in under two minutes.

@@ -127,7 +127,8 @@ async def test_a_failed_journal_write_stops_the_call_before_the_ticket(
 async def test_a_worker_that_lost_the_call_stops_its_copy(chat: ChatClient) -> None:
     seats = await to_seat_picker(chat)
     call_id = seats["call_id"]
-    # Another worker claims the call (as workers.py does on a takeover).
+    await flush()  # the question's request is on record (a background write) before
+    # another worker claims the call (as workers.py does on a takeover).
     await sync_to_async(ToolSession.objects.filter(pk=call_id).update)(worker="other-host:4242")
     row, letter = free_seat(seats)
     await chat.answer(seats, row=row, seat=letter)
