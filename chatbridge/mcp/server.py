@@ -43,7 +43,13 @@ from chatbridge.mcp.hosts import (
 )
 from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
-from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
+from chatbridge.mcp.respond import (
+    RESPOND_SCHEMA,
+    RESPOND_TOOL,
+    NotifyCarrier,
+    PendingRequests,
+    respond_tool,
+)
 from chatbridge.mcp.results import CallStore, error_of, final_result, result_of
 from chatbridge.mcp.rounds import Rounds, RoundState
 from chatbridge.mcp.task_cluster import TaskCluster
@@ -54,19 +60,7 @@ __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-RESPOND_TOOL = "_respond"
 RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
-_RESPOND_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "request_id": {
-            "type": "string",
-            "description": "The request_id of the request notification",
-        },
-        "payload": {"description": "The answer: an object matching the request's schema"},
-    },
-    "required": ["request_id", "payload"],
-}
 CLIENT_GONE = "the MCP client went away"
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
@@ -110,6 +104,13 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
     return _header(ctx, "mcp-session-id")
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared elicitation: for its session (legacy), or in this very
+    request (2026-07-28, where each request declares its capabilities)."""
+    caps = ctx.session.client_capabilities
+    return caps is not None and caps.elicitation is not None
 
 
 def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
@@ -187,7 +188,7 @@ class McpBridge:
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
-            return _RESPOND_SCHEMA
+            return RESPOND_SCHEMA
         if name in apps.APP_TOOLS and self.ui_uris:
             return apps.input_schema(name)
         tool = self.tools.get(name)
@@ -213,13 +214,10 @@ class McpBridge:
             )
             for t in self.tools.values()
         ]
-        listed.append(
-            types.Tool(
-                name=RESPOND_TOOL,
-                description="Answer a request notification (type 'request') of a running tool.",
-                input_schema=_RESPOND_SCHEMA,
-            )
-        )
+        if not _can_elicit(ctx):
+            # Only a client that cannot elicit is sent request notifications; to others the
+            # tool is noise a model may call. A call to it is served whoever lists it.
+            listed.append(respond_tool())
         if with_apps:  # the app-only tools through which a guest UI answers (mcp/apps.py)
             listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
@@ -276,8 +274,7 @@ class McpBridge:
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}.")
         arguments = dict(params.arguments or {})
-        caps = ctx.session.client_capabilities
-        can_elicit = caps is not None and caps.elicitation is not None
+        can_elicit = _can_elicit(ctx)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         try:
             if can_elicit and modern:
