@@ -33,6 +33,12 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_PUBLIC": None,
     "CHATBRIDGE_MCP_STATE_TTL": 900.0,
     "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
+    # Resumable MCP event streams: where each stream's events are kept for clients that
+    # reconnect ("" : in this process; a redis:// URL: shared by every worker, under the
+    # prefix), and how many milliseconds a client waits before it reconnects.
+    "CHATBRIDGE_MCP_EVENTS_REDIS": "",
+    "CHATBRIDGE_MCP_EVENTS_PREFIX": "chatbridge:mcp-events",
+    "CHATBRIDGE_MCP_SSE_RETRY_MS": 1000,
 }
 
 

@@ -130,6 +130,9 @@ CHANNEL_LAYERS: dict[str, Any] = {
     if _redis_url
     else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 }
+# MCP clients that reconnect to another worker find their streams' events in the same Redis.
+CHATBRIDGE_MCP_EVENTS_REDIS = _redis_url or ""
+CHATBRIDGE_MCP_EVENTS_PREFIX = f"{os.environ.get('CHATBRIDGE_REDIS_PREFIX', 'asgi')}:mcp-events"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -188,6 +191,7 @@ CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "").strip()
 CHATBRIDGE_MCP_PUBLIC = env_flag(_env, "CHATBRIDGE_MCP_PUBLIC", DEBUG)
 CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900"))
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
+CHATBRIDGE_MCP_SSE_RETRY_MS = env_int(_env, "CHATBRIDGE_MCP_SSE_RETRY_MS", 1000)
 
 LOGGING = {
     "version": 1,

@@ -17,9 +17,15 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.streamable_http import EventMessage
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
 
 from chatbridge.chat.origins import request_origin_allowed
+from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions, SessionEvents
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
@@ -83,14 +89,24 @@ class McpEndpoint:
         trusted_origins: Sequence[str] = (),
         token: str = "",
         public: bool = False,
+        events: EventLog | None = None,
+        retry_ms: int = 1000,
     ) -> None:
+        """``events`` keeps what each SSE stream sent, for clients that reconnect (in this
+        process unless given one that workers share); ``retry_ms`` is how long they wait."""
         self.bridge = bridge
         self.public = public
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
-        self.app = bridge.server.streamable_http_app(
-            streamable_http_path="/mcp",
-            transport_security=transport_security(allowed_hosts, trusted_origins),
+        self.events = events if events is not None else MemoryEventLog()
+        self.retry_ms = retry_ms
+        security = transport_security(allowed_hosts, trusted_origins)
+        self._security = TransportSecurityMiddleware(security)
+        # What Server.streamable_http_app builds, with a session manager that gives every
+        # session its own scope of the event log (mcp/events.py).
+        self.sessions = ResumableSessions(
+            bridge.server, self.events, retry_interval=retry_ms, security_settings=security
         )
+        self.app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(self.sessions))])
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -111,7 +127,7 @@ class McpEndpoint:
         stop = self._stop
 
         async def run() -> None:
-            async with self.bridge.server.session_manager.run():
+            async with self.sessions.run():
                 ready.set()
                 await stop.wait()
 
@@ -133,6 +149,7 @@ class McpEndpoint:
                 await asyncio.wait_for(self._idle.wait(), grace)
         self._stop.set()
         await asyncio.wait({runner})
+        await self.events.aclose()
 
     @property
     def policy(self) -> str:
@@ -185,6 +202,8 @@ class McpEndpoint:
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
+        if scope["type"] == "http" and await self._replay_elsewhere(scope, receive, send):
+            return
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
             return
@@ -196,3 +215,39 @@ class McpEndpoint:
             self._posts -= 1
             if not self._posts:
                 self._idle.set()
+
+    async def _replay_elsewhere(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """A client resuming a stream of a session another worker holds: the events that
+        worker kept (when the log is shared), then the end of the stream, after which the
+        client reconnects in ``retry_ms``. Live events reach only the holder's streams."""
+        headers = dict(scope.get("headers") or [])
+        last = headers.get(b"last-event-id", b"").decode("latin-1")
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        if scope.get("method") != "GET" or not last or not session or self.sessions.holds(session):
+            return False
+        refused = await self._security.validate_request(Request(scope, receive))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return True
+        events: list[str] = []
+
+        async def keep(event: EventMessage) -> None:
+            data = event.message.model_dump_json(by_alias=True, exclude_unset=True)
+            events.append(f"event: message\nid: {event.event_id}\ndata: {data}\n\n")
+
+        if await SessionEvents(self.events, session).replay_events_after(last, keep) is None:
+            return False  # unknown here too: the SDK answers 404 Session not found
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache, no-transform"),
+                    (b"mcp-session-id", session.encode("latin-1")),
+                ],
+            }
+        )
+        body = "".join(events) + f"retry: {self.retry_ms}\n\n"
+        await send({"type": "http.response.body", "body": body.encode()})
+        return True
