@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+import anyio
 from mcp.server.streamable_http import EventMessage
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
@@ -31,6 +32,22 @@ from chatbridge.mcp.server import McpBridge
 __all__ = ["McpEndpoint", "transport_security"]
 
 logger = logging.getLogger("chatbridge.mcp")
+
+
+class _SessionEndedFilter(logging.Filter):
+    """Drops the SDK's ERROR traceback for the same race (it logs before raising): a closed
+    stream under a POST means its session was just ended, which is no error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(error, anyio.ClosedResourceError)
+            and record.getMessage() == "Error handling POST request"
+        )
+
+
+_SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
+_SESSION_ENDED = _SessionEndedFilter()
 _CLOSED = (
     "MCP is not open on this server: set CHATBRIDGE_MCP_TOKEN to require a bearer token, or "
     "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
@@ -101,6 +118,8 @@ class McpEndpoint:
         self.retry_ms = retry_ms
         security = transport_security(allowed_hosts, trusted_origins)
         self._security = TransportSecurityMiddleware(security)
+        if _SESSION_ENDED not in _SDK_TRANSPORT_LOG.filters:
+            _SDK_TRANSPORT_LOG.addFilter(_SESSION_ENDED)
         # What Server.streamable_http_app builds, with a session manager that gives every
         # session its own scope of the event log (mcp/events.py).
         self.sessions = ResumableSessions(
@@ -209,8 +228,22 @@ class McpEndpoint:
             return
         self._posts += 1
         self._idle.clear()
+        started = False
+
+        async def watched(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, watched)
+        except anyio.ClosedResourceError:
+            # The SDK's race (mcp 2.3.0): a message POSTed while its session is being ended
+            # (a client cancelling a call, then DELETE at once) meets closed streams after its
+            # 202, and the SDK raises out of the request. The session is gone: nothing to do.
+            logger.info("an MCP message arrived as its session ended; dropped")
+            if not started:
+                await _refuse(send, 404, {"error": "not_found", "detail": "Session not found"})
         finally:
             self._posts -= 1
             if not self._posts:

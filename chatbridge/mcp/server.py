@@ -62,6 +62,9 @@ logger = logging.getLogger("chatbridge.mcp")
 
 RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
 CLIENT_GONE = "the MCP client went away"
+# The request was cancelled: notifications/cancelled, or the client ended its session (DELETE).
+CLIENT_CANCELLED = "the MCP client cancelled the call"
+CANCELLED_BY = "mcp-client"  # aborted_by of such a call
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
     "elicitation capability and its logging level hides the notices questions travel as. "
@@ -344,7 +347,7 @@ class McpBridge:
             await session.abort(CLIENT_GONE)
             event = await session.wait_finished()
         except BaseException:  # the request was cancelled: the client gave up on the call
-            self._abort_later(session, CLIENT_GONE)
+            self._abort_later(session, CLIENT_CANCELLED)
             raise
         if event.type == "completed":
             return result_of(event.result)
@@ -357,7 +360,7 @@ class McpBridge:
         """Abort from a cancelled request: in a task of its own, which nothing cancels."""
         if session.finished:
             return
-        task = asyncio.get_running_loop().create_task(session.abort(reason))
+        task = asyncio.get_running_loop().create_task(session.abort(reason, by=CANCELLED_BY))
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
