@@ -39,6 +39,12 @@ DEFAULTS: dict[str, Any] = {
     # Seconds the runtime's database writes and reads wait for a database that went away (a
     # restart) before they fail; a journal write that fails then stops its call.
     "CHATBRIDGE_DB_RETRY_SECONDS": 30.0,
+    # Resumable MCP event streams: where each stream's events are kept for clients that
+    # reconnect ("" : in this process; a redis:// URL: shared by every worker, under the
+    # prefix), and how many milliseconds a client waits before it reconnects.
+    "CHATBRIDGE_MCP_EVENTS_REDIS": "",
+    "CHATBRIDGE_MCP_EVENTS_PREFIX": "chatbridge:mcp-events",
+    "CHATBRIDGE_MCP_SSE_RETRY_MS": 1000,
 }
 
 

@@ -138,6 +138,9 @@ CHANNEL_LAYERS: dict[str, Any] = {
     if _redis_url
     else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 }
+# MCP clients that reconnect to another worker find their streams' events in the same Redis.
+CHATBRIDGE_MCP_EVENTS_REDIS = _redis_url or ""
+CHATBRIDGE_MCP_EVENTS_PREFIX = f"{os.environ.get('CHATBRIDGE_REDIS_PREFIX', 'asgi')}:mcp-events"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -198,6 +201,9 @@ CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
 # Seconds writes and reads of the runtime wait for a database that went away (a restart).
 CHATBRIDGE_DB_RETRY_SECONDS = float(os.environ.get("CHATBRIDGE_DB_RETRY_SECONDS", "30"))
+# Seconds between two looks for committed calls (a payment taken) whose worker is gone.
+CHATBRIDGE_COMMITMENT_SWEEP = float(os.environ.get("CHATBRIDGE_COMMITMENT_SWEEP", "5"))
+CHATBRIDGE_MCP_SSE_RETRY_MS = env_int(_env, "CHATBRIDGE_MCP_SSE_RETRY_MS", 1000)
 
 LOGGING = {
     "version": 1,

@@ -12,6 +12,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -82,6 +83,38 @@ async def _events(reply: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
             data = []
             if text:
                 yield json.loads(text)
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One SSE event as sent: its id, its ``retry`` and its data ("" for a priming event)."""
+
+    id: str | None
+    retry: int | None
+    data: str
+
+    @property
+    def message(self) -> dict[str, Any] | None:
+        return json.loads(self.data) if self.data else None
+
+
+async def sse_events(reply: httpx2.Response) -> AsyncIterator[SseEvent]:
+    """Every event of an SSE response, priming events and ``retry`` included."""
+    fields: dict[str, str] = {}
+    data: list[str] | None = None
+    async for line in reply.aiter_lines():
+        if line:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "data":
+                data = [*(data or []), value]
+            else:
+                fields[name] = value
+            continue
+        if data is not None or fields:
+            retry = int(fields["retry"]) if fields.get("retry", "").isdigit() else None
+            yield SseEvent(fields.get("id"), retry, "\n".join(data or []))
+        fields, data = {}, None
 
 
 @asynccontextmanager

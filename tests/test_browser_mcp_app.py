@@ -84,6 +84,8 @@ async def test_a_standard_mcp_apps_host_drives_the_picker(
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         page = await browser.new_page()
+        console: list[str] = []
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
         await page.set_content(HOST_PAGE)
         await page.add_script_tag(path=app_bridge)
         await page.expose_function("serverCall", server_call)
@@ -119,3 +121,5 @@ async def test_a_standard_mcp_apps_host_drives_the_picker(
         done = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         await page.evaluate("(result) => window.bridge.sendToolResult(result)", done)
         await expect(app.get_by_role("status")).to_have_text("Chosen colour #12ab34")
+    # The View speaks MCP Apps exactly as ext-apps defines it: the host parsed every message.
+    assert [line for line in console if line.startswith("error")] == []

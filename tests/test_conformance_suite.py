@@ -175,3 +175,14 @@ def test_the_tasks_checks_that_apply_pass(
 ) -> None:
     [found] = [c for c in results[suite][scenario] if c["id"] == check]
     assert found["status"] == "SUCCESS", found.get("errorMessage")
+
+
+@pytest.mark.parametrize("check", ["server-sse-priming-event", "server-sse-retry-field"])
+def test_call_streams_start_with_a_priming_event_and_a_retry(
+    results: dict[str, Checks], check: str
+) -> None:
+    # SEP-1699's SHOULDs, which let a client resume a cut stream. Only the alpha: 0.1.16 sends
+    # this call with MCP-Protocol-Version 2025-03-26, a version without priming events, which
+    # older clients cannot parse (the SDK primes only for 2025-11-25 and later).
+    [found] = [c for c in results["0.2.0-alpha.12"]["server-sse-polling"] if c["id"] == check]
+    assert found["status"] == "SUCCESS", (found.get("errorMessage"), found.get("details"))

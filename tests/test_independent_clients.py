@@ -193,6 +193,21 @@ def test_sdk_1_17_books_up_to_the_payment_it_cannot_take(sdk_117: dict[str, Any]
     assert_stopped_at_payment(form)
 
 
+def test_sdk_1_17_declaring_url_mode_only_is_read_as_a_url_only_client(
+    server: str, home: Path
+) -> None:
+    # 2025-06-18 itself knows only `elicitation: {}`; `{url: {}}` still says what the client
+    # takes: book_flight's first question is a form, which it did not declare.
+    run = run_script("sdk-v1.mjs", "sdk-1.17", f"{server}/mcp", "urlOnly", home=home)
+    url_only = run["urlOnly"]
+    assert url_only["protocolVersion"] == "2025-06-18"
+    assert url_only["isError"] is True and url_only["questions"] == []
+    assert url_only["text"] == [
+        "Tool 'book_flight' needs an answer in a form (form mode), and this client declared url "
+        "mode. Declare the elicitation.form capability to use this tool; the call was stopped."
+    ]
+
+
 def test_sdk_1_17_books_through_respond_when_it_cannot_elicit(sdk_117: dict[str, Any]) -> None:
     assert_respond_path(sdk_117["respond"])
     assert_errors_readable(sdk_117["errors"])

@@ -98,6 +98,19 @@ async def test_tools_are_listed_with_their_schemas_and_respond(server: str) -> N
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_respond_is_listed_only_to_clients_that_cannot_elicit(server: str, mode: str) -> None:
+    async with Client(f"{server}/mcp", mode=mode, elicitation_callback=Person()) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        # Still callable (a client may have been sent request notifications): it answers as
+        # for any request that is not open.
+        with pytest.raises(MCPError, match="No open request 'req_nope'"):
+            await client.call_tool("_respond", {"request_id": "req_nope", "payload": {}})
+    assert listed == {"book_flight", "pick_card", "send_feedback", "choose_color"}
+    async with Client(f"{server}/mcp", mode=mode) as client:  # declares no elicitation
+        assert "_respond" in {t.name for t in (await client.list_tools()).tools}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_book_flight_end_to_end(server: str, mode: str) -> None:
     person = Person(flight=1)
     logs: list[Any] = []

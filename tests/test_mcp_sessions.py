@@ -26,8 +26,11 @@ from plugins.book_flight import tool as book_flight_tool
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.mcp_results import InputResponses, elicitation, text_of
 from tests.pages import pay, with_pages
+from tests.raw_mcp import raw_session, sse_events
 from tests.servers import ROOT, free_port, migrated_env, start_daphne, stop, wait_for_port
 from tests.test_mcp import FLIGHTS, ROUTE, Person, answer_requests, free_seat
+
+CARDS = {"name": "pick_card", "arguments": {"count": 3}}
 
 MODERN = "2026-07-28"
 
@@ -297,7 +300,7 @@ async def test_a_cancelled_call_aborts_its_session() -> None:
             call.cancel()  # the client sends notifications/cancelled
             event = await asyncio.wait_for(session.wait_finished(), 10)
             ended.append(event.type)
-            assert event.type == "aborted" and event.reason == "the MCP client went away"
+            assert event.type == "aborted" and event.reason == "the MCP client cancelled the call"
     finally:
         await manager.shutdown("test finished")
     assert ended == ["aborted"] and manager.list_active() == []
@@ -542,3 +545,33 @@ async def test_staff_see_an_mcp_call_in_the_admin_and_abort_it() -> None:
         None,
     )
     assert record.aborted_by == "operator ops"
+
+
+async def cancel_then_delete(url: str) -> None:
+    """A client that cancels its call while asked, then ends its session at once."""
+    async with raw_session(url, "2025-11-25", {"elicitation": {}}) as session:
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": CARDS}
+        cancel = {"method": "notifications/cancelled", "params": {"requestId": 7}}
+        headers = session._headers()
+        async with session.http.stream("POST", url, json=body, headers=headers) as reply:
+            async for event in sse_events(reply):
+                if event.message and event.message.get("method") == "elicitation/create":
+                    break
+            await asyncio.gather(  # the cancellation may arrive after the session ended
+                session.http.post(url, json={"jsonrpc": "2.0", **cancel}, headers=headers),
+                session.http.delete(url, headers=headers),
+            )
+
+
+async def test_a_client_cancelling_and_ending_its_session_logs_no_error(site: Site) -> None:
+    before = {r[0] for r in site.rows()}
+    for _ in range(5):  # the cancellation and the DELETE race: several rounds
+        await cancel_then_delete(f"{site.url}/mcp")
+    ended = wait_until(
+        lambda: [r for r in site.rows() if r[0] not in before and r[1] != "awaiting_elicit"]
+    )
+    assert [r[1:] for r in ended] == [
+        ("aborted", "mcp-push", "the MCP client cancelled the call", "mcp-client")
+    ] * 5
+    log = (site.database.parent / "daphne.log").read_text()
+    assert "ERROR" not in log and "Traceback" not in log, log

@@ -171,19 +171,18 @@ async def test_a_client_that_cannot_elicit_gets_the_link_in_a_request_notificati
 # -- modes: a client gets only the modes it declared -----------------------------------------
 
 
-def test_declared_modes_follow_the_capabilities_and_the_version() -> None:
-    def modes(elicitation: dict[str, Any] | None, version: str = "2025-11-25") -> set[str]:
+def test_declared_modes_follow_the_declared_sub_capabilities() -> None:
+    def modes(elicitation: dict[str, Any] | None) -> set[str]:
         caps = types.ClientCapabilities.model_validate(
             {} if elicitation is None else {"elicitation": elicitation}
         )
-        return set(declared_modes(caps, version))
+        return set(declared_modes(caps))
 
     assert modes(None) == set()
     assert modes({}) == {"form"}  # the 2025-06-18 way: form only
     assert modes({"form": {}}) == {"form"}
     assert modes({"url": {}}) == {"url"}
     assert modes({"form": {}, "url": {}}) == {"form", "url"}
-    assert modes({"form": {}, "url": {}}, "2025-06-18") == {"form"}  # URL mode came later
 
 
 async def book(request: dict[str, Any]) -> dict[str, Any]:

@@ -17,14 +17,37 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from mcp.server.transport_security import TransportSecuritySettings
+import anyio
+from mcp.server.streamable_http import EventMessage
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
 
 from chatbridge.chat.origins import request_origin_allowed
+from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions, SessionEvents
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
 
 logger = logging.getLogger("chatbridge.mcp")
+
+
+class _SessionEndedFilter(logging.Filter):
+    """Drops the SDK's ERROR traceback for the same race (it logs before raising): a closed
+    stream under a POST means its session was just ended, which is no error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(error, anyio.ClosedResourceError)
+            and record.getMessage() == "Error handling POST request"
+        )
+
+
+_SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
+_SESSION_ENDED = _SessionEndedFilter()
 _CLOSED = (
     "MCP is not open on this server: set CHATBRIDGE_MCP_TOKEN to require a bearer token, or "
     "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
@@ -83,14 +106,26 @@ class McpEndpoint:
         trusted_origins: Sequence[str] = (),
         token: str = "",
         public: bool = False,
+        events: EventLog | None = None,
+        retry_ms: int = 1000,
     ) -> None:
+        """``events`` keeps what each SSE stream sent, for clients that reconnect (in this
+        process unless given one that workers share); ``retry_ms`` is how long they wait."""
         self.bridge = bridge
         self.public = public
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
-        self.app = bridge.server.streamable_http_app(
-            streamable_http_path="/mcp",
-            transport_security=transport_security(allowed_hosts, trusted_origins),
+        self.events = events if events is not None else MemoryEventLog()
+        self.retry_ms = retry_ms
+        security = transport_security(allowed_hosts, trusted_origins)
+        self._security = TransportSecurityMiddleware(security)
+        if _SESSION_ENDED not in _SDK_TRANSPORT_LOG.filters:
+            _SDK_TRANSPORT_LOG.addFilter(_SESSION_ENDED)
+        # What Server.streamable_http_app builds, with a session manager that gives every
+        # session its own scope of the event log (mcp/events.py).
+        self.sessions = ResumableSessions(
+            bridge.server, self.events, retry_interval=retry_ms, security_settings=security
         )
+        self.app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(self.sessions))])
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -111,7 +146,7 @@ class McpEndpoint:
         stop = self._stop
 
         async def run() -> None:
-            async with self.bridge.server.session_manager.run():
+            async with self.sessions.run():
                 ready.set()
                 await stop.wait()
 
@@ -133,6 +168,7 @@ class McpEndpoint:
                 await asyncio.wait_for(self._idle.wait(), grace)
         self._stop.set()
         await asyncio.wait({runner})
+        await self.events.aclose()
 
     @property
     def policy(self) -> str:
@@ -185,14 +221,66 @@ class McpEndpoint:
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
+        if scope["type"] == "http" and await self._replay_elsewhere(scope, receive, send):
+            return
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
             return
         self._posts += 1
         self._idle.clear()
+        started = False
+
+        async def watched(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, watched)
+        except anyio.ClosedResourceError:
+            # The SDK's race (mcp 2.3.0): a message POSTed while its session is being ended
+            # (a client cancelling a call, then DELETE at once) meets closed streams after its
+            # 202, and the SDK raises out of the request. The session is gone: nothing to do.
+            logger.info("an MCP message arrived as its session ended; dropped")
+            if not started:
+                await _refuse(send, 404, {"error": "not_found", "detail": "Session not found"})
         finally:
             self._posts -= 1
             if not self._posts:
                 self._idle.set()
+
+    async def _replay_elsewhere(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """A client resuming a stream of a session another worker holds: the events that
+        worker kept (when the log is shared), then the end of the stream, after which the
+        client reconnects in ``retry_ms``. Live events reach only the holder's streams."""
+        headers = dict(scope.get("headers") or [])
+        last = headers.get(b"last-event-id", b"").decode("latin-1")
+        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        if scope.get("method") != "GET" or not last or not session or self.sessions.holds(session):
+            return False
+        refused = await self._security.validate_request(Request(scope, receive))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return True
+        events: list[str] = []
+
+        async def keep(event: EventMessage) -> None:
+            data = event.message.model_dump_json(by_alias=True, exclude_unset=True)
+            events.append(f"event: message\nid: {event.event_id}\ndata: {data}\n\n")
+
+        if await SessionEvents(self.events, session).replay_events_after(last, keep) is None:
+            return False  # unknown here too: the SDK answers 404 Session not found
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache, no-transform"),
+                    (b"mcp-session-id", session.encode("latin-1")),
+                ],
+            }
+        )
+        body = "".join(events) + f"retry: {self.retry_ms}\n\n"
+        await send({"type": "http.response.body", "body": body.encode()})
+        return True

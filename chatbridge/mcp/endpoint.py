@@ -18,6 +18,7 @@ from chatbridge.chat.workers import route_task
 from chatbridge.conf import setting
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.events import EventLog, MemoryEventLog, RedisEventLog
 from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
@@ -141,10 +142,18 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         store=DjangoCallStore(),
         cluster=DjangoTaskCluster(),
     )
+    redis_url = setting("CHATBRIDGE_MCP_EVENTS_REDIS")
+    events: EventLog = (
+        RedisEventLog(redis_url, setting("CHATBRIDGE_MCP_EVENTS_PREFIX"))
+        if redis_url
+        else MemoryEventLog()
+    )
     return McpEndpoint(
         bridge,
         allowed_hosts=django_allowed_hosts(),
         trusted_origins=settings.CSRF_TRUSTED_ORIGINS,
         token=setting("CHATBRIDGE_MCP_TOKEN"),
         public=setting("CHATBRIDGE_MCP_PUBLIC"),
+        events=events,
+        retry_ms=setting("CHATBRIDGE_MCP_SSE_RETRY_MS"),
     )

@@ -266,6 +266,12 @@ class PushCarrier:
                 if not task.done():
                     task.cancel()
             await asyncio.wait({asking, alive})
+            for task in (asking, alive):
+                if not task.cancelled():
+                    # Retrieved here: when this call was cancelled (the client cancelled it, then
+                    # ended its session), nothing reads it, and asyncio logs an ERROR traceback
+                    # for the "Connection closed" the request ended with.
+                    task.exception()
         if not asking.done() or asking.cancelled():
             raise ClientGone("the client stopped answering pings")
         try:

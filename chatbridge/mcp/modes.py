@@ -2,8 +2,9 @@
 
 client/elicitation (2025-11-25, 2026-07-28): a client declares ``elicitation: {form: {}, url:
 {}}`` or either alone; an empty ``elicitation: {}`` means form only (how 2025-06-18 clients
-declare it), and URL mode exists from 2025-11-25 on. Servers MUST NOT send a mode the client did
-not declare. Which mode a call needs is known only when the tool asks (``ctx.elicit`` or
+declare it). URL mode exists from 2025-11-25 on, but a client that names the modes is read by
+them whatever version it negotiated. Servers MUST NOT send a mode the client did not declare.
+Which mode a call needs is known only when the tool asks (``ctx.elicit`` or
 ``ctx.elicit_url``), so a question this client cannot take ends the call there with an error
 result that names what to declare; the session is aborted, so nothing waits for an answer that
 cannot come.
@@ -20,7 +21,6 @@ from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 
 __all__ = [
     "MODES_META",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 Mode = Literal["form", "url"]
-_URL_SINCE = "2025-11-25"
 REFUSED_BY = (
     "mcp-modes"  # aborted_by of a call stopped by ModeNotDeclared: its reason is its result
 )
@@ -55,23 +54,26 @@ class ModeNotDeclared(Exception):  # noqa: N818 - reads as the situation, like C
         )
 
 
-def declared_modes(capabilities: types.ClientCapabilities | None, version: str) -> frozenset[str]:
-    """The elicitation modes ``capabilities`` declare, as ``version`` reads them."""
+def declared_modes(capabilities: types.ClientCapabilities | None) -> frozenset[str]:
+    """The elicitation modes ``capabilities`` declare.
+
+    The sub-capabilities decide on every protocol version: 2025-06-18 defines only
+    ``elicitation: {}``, but a client that negotiated it and still names ``form``/``url`` says
+    exactly what it takes (the TypeScript SDK sends ``{url: {}}`` whatever it negotiated), so
+    reading such a client by its version would make a URL-only client declare nothing.
+    """
     elicitation = capabilities.elicitation if capabilities is not None else None
     if elicitation is None:
         return frozenset()
-    url_known = version in KNOWN_PROTOCOL_VERSIONS and KNOWN_PROTOCOL_VERSIONS.index(
-        version
-    ) >= KNOWN_PROTOCOL_VERSIONS.index(_URL_SINCE)
     form, url = elicitation.form is not None, elicitation.url is not None
     if not form and not url:
         return frozenset({"form"})  # `elicitation: {}`: form only (backwards compatibility)
-    return frozenset(m for m, on in (("form", form), ("url", url and url_known)) if on)
+    return frozenset(m for m, on in (("form", form), ("url", url)) if on)
 
 
 def modes_of(ctx: ServerRequestContext[Any, Any]) -> frozenset[str]:
     """The elicitation modes of the client making this request."""
-    return declared_modes(ctx.session.client_capabilities, ctx.protocol_version)
+    return declared_modes(ctx.session.client_capabilities)
 
 
 def modes_in(meta: Mapping[str, str]) -> frozenset[str]:

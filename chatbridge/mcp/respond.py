@@ -15,15 +15,38 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from chatbridge.core.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
 from chatbridge.core.sessions import PluginSession
 from chatbridge.mcp.hosts import Channel, ClientGone, deliver
 
-__all__ = ["NotifyCarrier", "PendingRequests"]
+__all__ = ["RESPOND_SCHEMA", "RESPOND_TOOL", "NotifyCarrier", "PendingRequests", "respond_tool"]
 
 logger = logging.getLogger("chatbridge.mcp")
+
+RESPOND_TOOL = "_respond"
+RESPOND_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "request_id": {
+            "type": "string",
+            "description": "The request_id of the request notification",
+        },
+        "payload": {"description": "The answer: an object matching the request's schema"},
+    },
+    "required": ["request_id", "payload"],
+}
+
+
+def respond_tool() -> types.Tool:
+    """``_respond`` as listed to a client that cannot elicit."""
+    return types.Tool(
+        name=RESPOND_TOOL,
+        description="Answer a request notification (type 'request') of a running tool.",
+        input_schema=RESPOND_SCHEMA,
+    )
 
 
 @dataclass

@@ -45,7 +45,13 @@ from chatbridge.mcp.hosts import (
 )
 from chatbridge.mcp.levels import hears, set_level
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
-from chatbridge.mcp.respond import NotifyCarrier, PendingRequests
+from chatbridge.mcp.respond import (
+    RESPOND_SCHEMA,
+    RESPOND_TOOL,
+    NotifyCarrier,
+    PendingRequests,
+    respond_tool,
+)
 from chatbridge.mcp.results import CallStore, error_of, result_of, terminal_result
 from chatbridge.mcp.rounds import Rounds, RoundState
 from chatbridge.mcp.task_cluster import TaskCluster
@@ -56,20 +62,11 @@ __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-RESPOND_TOOL = "_respond"
 RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
-_RESPOND_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "request_id": {
-            "type": "string",
-            "description": "The request_id of the request notification",
-        },
-        "payload": {"description": "The answer: an object matching the request's schema"},
-    },
-    "required": ["request_id", "payload"],
-}
 CLIENT_GONE = "the MCP client went away"
+# The request was cancelled: notifications/cancelled, or the client ended its session (DELETE).
+CLIENT_CANCELLED = "the MCP client cancelled the call"
+CANCELLED_BY = "mcp-client"  # aborted_by of such a call
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
     "elicitation capability and its logging level hides the notices questions travel as. "
@@ -112,6 +109,13 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
     return _header(ctx, "mcp-session-id")
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client declared elicitation: for its session (legacy), or in this very
+    request (2026-07-28, where each request declares its capabilities)."""
+    caps = ctx.session.client_capabilities
+    return caps is not None and caps.elicitation is not None
 
 
 def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
@@ -189,7 +193,7 @@ class McpBridge:
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         if name == RESPOND_TOOL:
-            return _RESPOND_SCHEMA
+            return RESPOND_SCHEMA
         if name in apps.APP_TOOLS and self.ui_uris:
             return apps.input_schema(name)
         tool = self.tools.get(name)
@@ -215,13 +219,10 @@ class McpBridge:
             )
             for t in self.tools.values()
         ]
-        listed.append(
-            types.Tool(
-                name=RESPOND_TOOL,
-                description="Answer a request notification (type 'request') of a running tool.",
-                input_schema=_RESPOND_SCHEMA,
-            )
-        )
+        if not _can_elicit(ctx):
+            # Only a client that cannot elicit is sent request notifications; to others the
+            # tool is noise a model may call. A call to it is served whoever lists it.
+            listed.append(respond_tool())
         if with_apps:  # the app-only tools through which a guest UI answers (mcp/apps.py)
             listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
@@ -278,8 +279,7 @@ class McpBridge:
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}.")
         arguments = dict(params.arguments or {})
-        caps = ctx.session.client_capabilities
-        can_elicit = caps is not None and caps.elicitation is not None
+        can_elicit = _can_elicit(ctx)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         try:
             if can_elicit and modern:
@@ -349,7 +349,7 @@ class McpBridge:
             await session.abort(CLIENT_GONE)
             event = await session.wait_finished()
         except BaseException:  # the request was cancelled: the client gave up on the call
-            self._abort_later(session, CLIENT_GONE, ctx)
+            self._abort_later(session, CLIENT_CANCELLED, ctx)
             raise
         return terminal_result(session, event)
 
@@ -363,7 +363,7 @@ class McpBridge:
             return
 
         async def abort() -> None:
-            if await session.abort(reason) in ("aborted", "ended"):
+            if await session.abort(reason, by=CANCELLED_BY) in ("aborted", "ended"):
                 return
             ended = await session.wait_finished()
             note = getattr(ended, "commitment", None)

@@ -3,9 +3,10 @@
 //
 //   node sdk-v1.mjs PACKAGE URL [PATH ...]     PACKAGE: @modelcontextprotocol/sdk | sdk-1.17
 //
-// Paths: form (pushed form elicitation), formAndUrl (a client that takes URL mode too), respond
-// (a client that cannot elicit answers the request notifications with `_respond`), feedback (send_feedback: an approval, then a form
-// with every kind of field), errors (what a user reads when something is wrong).
+// Paths: form (pushed form elicitation), formAndUrl (a client that takes URL mode too), urlOnly
+// (a client that declares URL mode only), respond (a client that cannot elicit answers the
+// request notifications with `_respond`), feedback (send_feedback: an approval, then a form with
+// every kind of field), errors (what a user reads when something is wrong).
 
 import { answering, completePage, formAnswer, runPaths } from "./answers.mjs";
 
@@ -75,6 +76,8 @@ async function book(elicitation) {
 }
 
 const form = () => book(FORM);
+// URL mode only: `elicitation: {url: {}}`, which even a 2025-06-18 client may send.
+const urlOnly = () => book({ url: {} });
 // Form and URL mode: a URL question (payment) is completed on its page by answers.mjs.
 const formAndUrl = () => (MODES ? book({ form: {}, url: {} }) : { skipped: "no URL mode" });
 
@@ -145,4 +148,4 @@ async function errors() {
   return seen;
 }
 
-await runPaths({ form, formAndUrl, respond, feedback, errors }, selected);
+await runPaths({ form, formAndUrl, urlOnly, respond, feedback, errors }, selected);

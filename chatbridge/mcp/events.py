@@ -1,0 +1,255 @@
+"""Resumable MCP event streams (SEP-1699): the SDK's ``EventStore``, one scope per MCP session.
+
+With an event store the SDK's transport opens every SSE stream of a 2025-11-25 client with a
+priming event (an id, empty data, ``retry``) and keeps each message it sends, so a client whose
+stream was cut reconnects with ``GET`` + ``Last-Event-ID`` and gets what it missed.
+
+The SDK names a stream by the JSON-RPC id of the request it answers (or ``_GET_stream``), which
+every session reuses: one store shared by all sessions would replay another session's events.
+So each session gets its own ``SessionEvents`` over a shared ``EventLog``, and an event id names
+its session, its position and its stream (``<session>:<seq>:<stream>``): a replay serves only
+the events of the session that asks. The log is in memory for one worker, or Redis (a list per
+stream, with a TTL and count/size caps) so any worker can replay a session's events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import (
+    EventCallback,
+    EventId,
+    EventMessage,
+    EventStore,
+    StreamableHTTPServerTransport,
+    StreamId,
+)
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import JSONRPCMessage, jsonrpc_message_adapter
+
+__all__ = [
+    "EventLog",
+    "EventRef",
+    "MemoryEventLog",
+    "RedisEventLog",
+    "ResumableSessions",
+    "SessionEvents",
+    "parse_event_id",
+]
+
+logger = logging.getLogger("chatbridge.mcp")
+
+MAX_EVENTS = 500  # per stream: a call's questions, pings, progress and result fit many times
+MAX_BYTES = 4 * 1024 * 1024  # per stream; the newest event is kept even if larger on its own
+TTL = 600.0  # seconds a stream is kept after its last event
+MAX_STREAMS = 20_000  # in memory: the oldest streams go first beyond this
+
+
+class EventLog(Protocol):
+    """Append-only streams of serialised messages, each event numbered from 1 in its stream."""
+
+    async def append(self, stream: str, data: str) -> int:
+        """Store ``data`` ("" for a priming event) and return its number."""
+        ...
+
+    async def after(self, stream: str, seq: int) -> list[tuple[int, str]] | None:
+        """The events kept after number ``seq``, oldest first; None for an unknown stream."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class _Stream:
+    seq: int = 0
+    size: int = 0
+    events: deque[tuple[int, str]] = field(default_factory=deque)
+
+
+class MemoryEventLog:
+    """One worker's streams, bounded by count, size, age and number of streams."""
+
+    def __init__(
+        self,
+        *,
+        max_events: int = MAX_EVENTS,
+        max_bytes: int = MAX_BYTES,
+        ttl: float = TTL,
+        max_streams: int = MAX_STREAMS,
+    ) -> None:
+        self.max_events, self.max_bytes, self.ttl = max_events, max_bytes, ttl
+        self.max_streams = max_streams
+        self._streams: OrderedDict[str, tuple[float, _Stream]] = OrderedDict()  # by last write
+
+    def _expire(self, now: float) -> None:
+        while self._streams:
+            key, (written, _) = next(iter(self._streams.items()))
+            if now - written < self.ttl and len(self._streams) <= self.max_streams:
+                return
+            del self._streams[key]
+
+    async def append(self, stream: str, data: str) -> int:
+        now = time.monotonic()
+        _, kept = self._streams.pop(stream, (now, _Stream()))
+        kept.seq += 1
+        kept.events.append((kept.seq, data))
+        kept.size += len(data)
+        while len(kept.events) > 1 and (
+            len(kept.events) > self.max_events or kept.size > self.max_bytes
+        ):
+            kept.size -= len(kept.events.popleft()[1])
+        self._streams[stream] = (now, kept)
+        self._expire(now)
+        return kept.seq
+
+    async def after(self, stream: str, seq: int) -> list[tuple[int, str]] | None:
+        found = self._streams.get(stream)
+        if found is None or time.monotonic() - found[0] >= self.ttl:
+            return None
+        return [(n, data) for n, data in found[1].events if n > seq]
+
+    @property
+    def streams(self) -> int:
+        return len(self._streams)
+
+    async def aclose(self) -> None:
+        self._streams.clear()
+
+
+# RPUSH "<seq>\n<data>", trim to the caps (keeping the newest), refresh the TTL: one round trip.
+_APPEND = """
+local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+local item = seq .. '\\n' .. ARGV[1]
+redis.call('RPUSH', KEYS[1], item)
+local size = redis.call('HINCRBY', KEYS[2], 'bytes', string.len(ARGV[1]))
+local n = redis.call('LLEN', KEYS[1])
+local max_events, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
+while n > 1 and (n > max_events or size > max_bytes) do
+  local old = redis.call('LPOP', KEYS[1])
+  local cut = string.find(old, '\\n', 1, true)
+  size = redis.call('HINCRBY', KEYS[2], 'bytes', cut - string.len(old))
+  n = n - 1
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return seq
+"""
+
+
+class RedisEventLog:
+    """Streams in Redis, shared by every worker: a list and a counter per stream, with a TTL."""
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "chatbridge:mcp-events",
+        *,
+        max_events: int = MAX_EVENTS,
+        max_bytes: int = MAX_BYTES,
+        ttl: float = TTL,
+    ) -> None:
+        from redis.asyncio import Redis
+
+        self.redis: Redis = Redis.from_url(url, decode_responses=True)
+        self.prefix = prefix
+        self.limits = (max_events, max_bytes, int(ttl * 1000))
+        self._append = self.redis.register_script(_APPEND)
+
+    def _keys(self, stream: str) -> list[str]:
+        base = f"{self.prefix}:{{{stream}}}"  # one hash slot per stream (Redis Cluster)
+        return [f"{base}:events", f"{base}:meta"]
+
+    async def append(self, stream: str, data: str) -> int:
+        return int(await self._append(keys=self._keys(stream), args=[data, *self.limits]))
+
+    async def after(self, stream: str, seq: int) -> list[tuple[int, str]] | None:
+        found = await self.redis.lrange(self._keys(stream)[0], 0, -1)
+        items = [i.decode() if isinstance(i, bytes) else i for i in found]
+        if not items:
+            return None
+        events = []
+        for item in items:
+            number, _, data = item.partition("\n")
+            if int(number) > seq:
+                events.append((int(number), data))
+        return events
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+@dataclass(frozen=True)
+class EventRef:
+    session: str
+    seq: int
+    stream: StreamId
+
+
+def parse_event_id(event_id: str) -> EventRef | None:
+    """``<session>:<seq>:<stream>``, or None for an id this server did not make."""
+    session, _, rest = event_id.partition(":")
+    number, _, stream = rest.partition(":")
+    if not session or not stream or not number.isdigit():
+        return None
+    return EventRef(session, int(number), stream)
+
+
+class SessionEvents(EventStore):
+    """The events of one MCP session, on a log other sessions (and workers) share."""
+
+    def __init__(self, log: EventLog, session: str) -> None:
+        self.log, self.session = log, session
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        data = "" if message is None else message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            seq = await self.log.append(f"{self.session}:{stream_id}", data)
+        except Exception as exc:  # the SDK's message router dies on an error: never raise
+            logger.warning("MCP event of %s not kept, it cannot be replayed: %r", stream_id, exc)
+            seq = 0
+        return f"{self.session}:{seq}:{stream_id}"
+
+    async def replay_events_after(
+        self, last_event_id: EventId, send_callback: EventCallback
+    ) -> StreamId | None:
+        ref = parse_event_id(last_event_id)
+        if ref is None or ref.session != self.session:
+            return None  # not this session's: nothing to replay
+        try:
+            events = await self.log.after(f"{self.session}:{ref.stream}", ref.seq)
+        except Exception as exc:
+            logger.warning("MCP events after %s could not be read: %r", last_event_id, exc)
+            return None
+        if events is None:
+            return None
+        for seq, data in events:
+            if data:  # priming events carry no message
+                message = jsonrpc_message_adapter.validate_json(data)
+                await send_callback(EventMessage(message, f"{self.session}:{seq}:{ref.stream}"))
+        return ref.stream
+
+
+class ResumableSessions(StreamableHTTPSessionManager):
+    """The SDK's session manager, giving each session its own ``SessionEvents`` on ``log``."""
+
+    def __init__(self, app: Any, log: EventLog, **options: Any) -> None:
+        # The shared store only switches resumability on; every session gets its own scope.
+        super().__init__(app, event_store=SessionEvents(log, ""), **options)
+        self.log = log
+
+    def _admit_session(
+        self, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport | None:
+        transport = super()._admit_session(requestor)
+        if transport is not None and transport.mcp_session_id is not None:
+            transport._event_store = SessionEvents(self.log, transport.mcp_session_id)
+        return transport
+
+    def holds(self, session_id: str) -> bool:
+        """Whether this worker serves the MCP session ``session_id``."""
+        return session_id in self._server_instances
