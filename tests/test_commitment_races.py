@@ -154,6 +154,7 @@ class Person:
     def __init__(self) -> None:
         self.links: asyncio.Queue[str] = asyncio.Queue()
         self.logs: list[Any] = []
+        self.logged = asyncio.Event()
 
     async def elicit(self, context: Any, params: Any) -> types.ElicitResult:
         if isinstance(params, types.ElicitRequestURLParams):
@@ -171,6 +172,8 @@ class Person:
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         self.logs.append(params.data)
+        if isinstance(params.data, dict) and "commitment" in params.data:
+            self.logged.set()
 
 
 @pytest.mark.parametrize("path", ["mcp-cancel", "mcp-client-gone"])
@@ -231,10 +234,8 @@ async def mcp_trial(
         told: Told = None
         if path == "mcp-cancel" and page_paid and session.abort_requested is not None:
             # The cancelled request has no response: a log notification tells the client.
-            for _ in range(100):
-                if person.logs:
-                    break
-                await asyncio.sleep(0.02)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(person.logged.wait(), 5)
             said = [str(d.get("message")) for d in person.logs if isinstance(d, dict)]
             told = "committed" if any("already received" in m for m in said) else "stopped"
     finally:

@@ -36,11 +36,13 @@ EXTRA = ElicitKey("extra", Extra)
 tickets: list[str] = []
 refunds: list[str] = []
 holds: dict[str, asyncio.Event] = {}  # call id → released when the ticket may be issued
+waiting: dict[str, asyncio.Event] = {}  # call id → set once its ticket step waits
 
 
 async def issue(call_id: str) -> str:
     hold = holds.get(call_id)
     if hold is not None:
+        waiting.setdefault(call_id, asyncio.Event()).set()
         await hold.wait()
     tickets.append(call_id)
     return f"T-{call_id}"
@@ -81,6 +83,7 @@ async def manager() -> AsyncIterator[SessionManager]:
     tickets.clear()
     refunds.clear()
     holds.clear()
+    waiting.clear()
     mgr = SessionManager(sampler=LiteLLMSampler("offline/test"), url_links=MemoryUrlLinks())
     yield mgr
     for hold in holds.values():
@@ -112,7 +115,7 @@ async def test_an_abort_after_the_commitment_lets_the_call_finish(
     holds["c1"] = asyncio.Event()
     session = await paid(manager)
     await session.respond_to_elicit(pay_id(), Accept({"token": "tok1"}))
-    await asyncio.sleep(0)  # the tool resumes and waits in its ticket step
+    await waiting.setdefault("c1", asyncio.Event()).wait()  # the tool is in its ticket step
     assert session.commitment is not None and session.commitment.key == "pay"
 
     assert await session.abort("stop it", by="user") == "finishing"
