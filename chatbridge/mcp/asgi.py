@@ -1,15 +1,17 @@
 """``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, guarded.
 
 The process's runtime starts and closes it (``start()``/``aclose()``). Requests from browser
-pages of other origins are refused. Who may call the tools is explicit: a bearer token, or a
-deliberate ``public`` endpoint; with neither, every request is refused with a 403 that says how
-to open it.
+pages of other origins are refused. Who may call the tools is explicit: a user's MCP token
+(created in the admin), the shared bearer token, or a deliberate ``public`` endpoint; with none
+of them, a request without a token is refused with a 403 that says how to open it. A token that
+is presented is always checked, also on a public endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -20,13 +22,24 @@ from typing import Any
 from mcp.server.transport_security import TransportSecuritySettings
 
 from chatbridge.chat.origins import request_origin_allowed
+from chatbridge.mcp.callers import (
+    OPERATOR,
+    Caller,
+    Refusal,
+    TokenCheck,
+    bearer_token,
+    client_address,
+    enter,
+)
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
 
 logger = logging.getLogger("chatbridge.mcp")
 _CLOSED = (
-    "MCP is not open on this server: set CHATBRIDGE_MCP_TOKEN to require a bearer token, or "
+    "MCP is not open on this server without a token: send Authorization: Bearer <your MCP "
+    "token> (an administrator creates one for you in the admin, under MCP tokens), or, as the "
+    "operator, set CHATBRIDGE_MCP_TOKEN to require a shared bearer token, or "
     "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
 )
 
@@ -72,6 +85,11 @@ async def _refuse(
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
+def _unauthorized(detail: str, *, invalid: bool = False) -> Refusal:
+    challenge = b'Bearer error="invalid_token"' if invalid else b"Bearer"
+    return Refusal(401, "unauthorized", detail, [(b"www-authenticate", challenge)])
+
+
 class McpEndpoint:
     """ASGI app for ``/mcp``: origin and token checks, lazy session manager, the SDK's app."""
 
@@ -83,9 +101,13 @@ class McpEndpoint:
         trusted_origins: Sequence[str] = (),
         token: str = "",
         public: bool = False,
+        check_token: TokenCheck | None = None,
     ) -> None:
+        """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
+        to requests without a token; ``check_token``: users' own MCP tokens."""
         self.bridge = bridge
         self.public = public
+        self.check_token = check_token
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
         self.app = bridge.server.streamable_http_app(
             streamable_http_path="/mcp",
@@ -137,22 +159,43 @@ class McpEndpoint:
     @property
     def policy(self) -> str:
         """Who may call the tools, in words (logged at start-up)."""
+        users = " or a user's MCP token" if self.check_token is not None else ""
         if self._token_digest is not None:
-            return "requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN>"
+            return f"requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN{users}>"
         if self.public:
             return "open to anyone who reaches it (CHATBRIDGE_MCP_PUBLIC)"
+        if users:
+            return (
+                "closed except to users' MCP tokens (or set CHATBRIDGE_MCP_TOKEN or "
+                "CHATBRIDGE_MCP_PUBLIC=1)"
+            )
         return "closed (set CHATBRIDGE_MCP_TOKEN or CHATBRIDGE_MCP_PUBLIC=1)"
 
     def log_policy(self) -> None:
         logger.info("MCP at /mcp: %s", self.policy)
 
-    def _authorised(self, scope: Scope) -> bool:
-        if self._token_digest is None:
-            return True
-        header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-        scheme, _, token = header.partition(" ")
-        given = hashlib.sha256(token.strip().encode()).digest()
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token_digest)
+    async def identify(self, scope: Scope) -> Caller:
+        """Who sends this request, from its one ``Authorization`` header; ``Refusal`` if it may
+        not call. Without a token it is anonymous (a public endpoint only), its caps counted
+        per client address, like the shared token's holders (who are one identity)."""
+        token = bearer_token(scope.get("headers") or ())
+        address = client_address(scope)
+        if token is None:
+            if self.public:
+                return Caller("", f"address:{address}", {"address": address})
+            if self._token_digest is None:
+                raise Refusal(403, "forbidden", _CLOSED)
+            raise _unauthorized("Send Authorization: Bearer <token>.")
+        if self._token_digest is not None and hmac.compare_digest(
+            hashlib.sha256(token.encode()).digest(), self._token_digest
+        ):
+            return Caller(OPERATOR, f"address:{address}", {"address": address})
+        found = await self.check_token(token) if self.check_token is not None else None
+        if found is None:
+            raise _unauthorized(
+                "This bearer token is not valid here: unknown, or revoked.", invalid=True
+            )
+        return dataclasses.replace(found, meta={**found.meta, "address": address})
 
     def _foreign_origin(self, scope: Scope) -> str | None:
         """The Origin of a browser page that may not call us; None if allowed or absent
@@ -174,14 +217,13 @@ class McpEndpoint:
                 )
                 await _refuse(send, 403, {"error": "forbidden_origin", "detail": detail})
                 return
-            if self._token_digest is None and not self.public:
-                await _refuse(send, 403, {"error": "forbidden", "detail": _CLOSED})
+            try:
+                caller = await self.identify(scope)
+            except Refusal as refusal:
+                body = {"error": refusal.error, "detail": refusal.detail}
+                await _refuse(send, refusal.status, body, refusal.headers)
                 return
-            if not self._authorised(scope):
-                detail = "Send Authorization: Bearer <token>."
-                body = {"error": "unauthorized", "detail": detail}
-                await _refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
-                return
+            enter(scope, caller)
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return

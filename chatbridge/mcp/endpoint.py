@@ -10,6 +10,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from chatbridge.chat.mcp_tokens import find_token
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
@@ -18,12 +19,19 @@ from chatbridge.chat.workers import route_task
 from chatbridge.conf import setting
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.callers import Caller
 from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.tasks import TRANSPORT
 
-__all__ = ["DjangoCallStore", "DjangoTaskCluster", "build_mcp_endpoint", "state_key"]
+__all__ = [
+    "DjangoCallStore",
+    "DjangoTaskCluster",
+    "build_mcp_endpoint",
+    "check_user_token",
+    "state_key",
+]
 
 
 def state_key(secret: str) -> bytes:
@@ -107,6 +115,14 @@ class DjangoTaskCluster:
         return await sync_to_async(_end_task)(call_id, worker, reason, by)
 
 
+async def check_user_token(secret: str) -> Caller | None:
+    """A user's MCP token (``McpToken``, created in the admin): its caller, or None."""
+    owner = await sync_to_async(find_token)(secret)
+    if owner is None:
+        return None
+    return Caller(owner.identity, owner.identity, owner.meta())
+
+
 def django_allowed_hosts() -> list[str]:
     """The hosts Django serves: ``ALLOWED_HOSTS``, or in debug with none set the local names
     Django itself then allows (``HttpRequest.get_host``)."""
@@ -136,4 +152,5 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         trusted_origins=settings.CSRF_TRUSTED_ORIGINS,
         token=setting("CHATBRIDGE_MCP_TOKEN"),
         public=setting("CHATBRIDGE_MCP_PUBLIC"),
+        check_token=check_user_token,
     )

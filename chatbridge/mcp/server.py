@@ -9,7 +9,6 @@ where the client can answer them: pushed elicitation (legacy), ``input_required`
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
+from chatbridge.mcp.callers import call_meta, caller_of
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
 from chatbridge.mcp.flat import flat_schema
@@ -102,9 +102,10 @@ def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
-    """Who is calling: a digest of the Authorization header (empty without one)."""
-    auth = _header(ctx, "authorization")
-    return hashlib.sha256(auth.encode()).hexdigest()[:32] if auth else ""
+    """Who is calling: the identity the endpoint read from the request's one Authorization
+    header ("user:<pk>", "operator"); empty when anonymous or off HTTP."""
+    caller = caller_of(ctx)
+    return caller.identity if caller is not None else ""
 
 
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -306,6 +307,7 @@ class McpBridge:
     ) -> types.CallToolResult:
         """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
         meta = {
+            **call_meta(ctx),
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
             "origin": request_origin(ctx),
@@ -372,7 +374,12 @@ class McpBridge:
         params: types.CallToolRequestParams,
     ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller(ctx)
-        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": request_origin(ctx)}
+        meta = {
+            **call_meta(ctx),
+            "transport": "mcp-mrtr",
+            "client": self._client(ctx),
+            "origin": request_origin(ctx),
+        }
         channel = Channel(ctx)
         if params.request_state is None:
             call_id = f"mcp_{uuid.uuid4().hex}"

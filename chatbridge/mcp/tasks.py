@@ -58,6 +58,7 @@ from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.callers import call_meta
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
@@ -169,6 +170,7 @@ class Tasks(Extension):
             return await call_next(ctx)
         call_id = self.ids.new(self._caller(ctx))
         meta = {
+            **call_meta(ctx),
             "transport": TRANSPORT,
             "client": self._client(ctx),
             "origin": request_origin(ctx),  # links of its URL questions are absolute
