@@ -33,6 +33,15 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_PUBLIC": None,
     "CHATBRIDGE_MCP_STATE_TTL": 900.0,
     "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
+    # Per MCP caller (a user's tokens, or one client address): legacy sessions open at once and
+    # tool calls live at once, in each worker (None: no cap); seconds after which a legacy
+    # session with no request in flight is closed (None: never).
+    "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": 32,
+    "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": 32,
+    "CHATBRIDGE_MCP_SESSION_IDLE": 600.0,
+    # OAuth authorization servers (issuer URLs) whose tokens this resource accepts: when set,
+    # /.well-known/oauth-protected-resource describes /mcp (RFC 9728) and 401s point to it.
+    "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS": [],
 }
 
 

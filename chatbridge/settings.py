@@ -188,6 +188,17 @@ CHATBRIDGE_MCP_TOKEN = os.environ.get("CHATBRIDGE_MCP_TOKEN", "").strip()
 CHATBRIDGE_MCP_PUBLIC = env_flag(_env, "CHATBRIDGE_MCP_PUBLIC", DEBUG)
 CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900"))
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
+# Caps per MCP caller (a user's tokens, or one client address) and idle legacy sessions.
+CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER = int(
+    os.environ.get("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER", "32")
+)
+CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER = int(
+    os.environ.get("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER", "32")
+)
+CHATBRIDGE_MCP_SESSION_IDLE = float(os.environ.get("CHATBRIDGE_MCP_SESSION_IDLE", "600"))
+CHATBRIDGE_MCP_AUTHORIZATION_SERVERS = os.environ.get(
+    "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS", ""
+).split()
 
 LOGGING = {
     "version": 1,

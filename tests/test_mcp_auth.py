@@ -90,9 +90,11 @@ class CardPicker:
 
     def __init__(self) -> None:
         self.asked = asyncio.Event()
+        self.seen: list[str] = []  # the questions asked, in order
         self.hold: asyncio.Event | None = None  # set: answer only once it is set
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        self.seen.append(params.message)
         self.asked.set()
         if self.hold is not None:
             await self.hold.wait()

@@ -19,11 +19,13 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+from mcp.server.streamable_http_manager import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT
 from mcp.server.transport_security import TransportSecuritySettings
 
 from chatbridge.chat.origins import request_origin_allowed
 from chatbridge.mcp.callers import (
     OPERATOR,
+    SCOPE_KEY,
     Caller,
     Refusal,
     TokenCheck,
@@ -31,6 +33,7 @@ from chatbridge.mcp.callers import (
     client_address,
     enter,
 )
+from chatbridge.mcp.caps import SessionCaps, opens_session
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
@@ -102,9 +105,15 @@ class McpEndpoint:
         token: str = "",
         public: bool = False,
         check_token: TokenCheck | None = None,
+        sessions_per_caller: int | None = None,
+        session_idle: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+        max_sessions: int | None = DEFAULT_MAX_SESSIONS,
     ) -> None:
         """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
-        to requests without a token; ``check_token``: users' own MCP tokens."""
+        to requests without a token; ``check_token``: users' own MCP tokens.
+        ``sessions_per_caller``: legacy sessions one caller may hold open at once;
+        ``session_idle``: seconds after which a legacy session with no request in flight is
+        closed; ``max_sessions``: legacy sessions open at once in all (the SDK's cap)."""
         self.bridge = bridge
         self.public = public
         self.check_token = check_token
@@ -112,7 +121,13 @@ class McpEndpoint:
         self.app = bridge.server.streamable_http_app(
             streamable_http_path="/mcp",
             transport_security=transport_security(allowed_hosts, trusted_origins),
+            session_idle_timeout=session_idle,
+            max_sessions=max_sessions,
         )
+        # The SDK's record of the sessions it holds (ended ones leave it at once, however
+        # they end): the per-caller count reads it rather than keep a copy that could drift.
+        held = bridge.server.session_manager._server_instances
+        self.sessions = SessionCaps(sessions_per_caller, held.__contains__)
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -197,6 +212,23 @@ class McpEndpoint:
             )
         return dataclasses.replace(found, meta={**found.meta, "address": address})
 
+    async def _open_session(self, scope: Scope, receive: Receive, send: Send, quota: str) -> None:
+        """A request that opens a legacy session: the session, if one opened, is ``quota``'s."""
+        opened: list[str] = []
+
+        async def watch(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                headers = dict(message.get("headers") or ())
+                opened.extend(
+                    [headers[b"mcp-session-id"].decode()] if b"mcp-session-id" in headers else []
+                )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self.sessions.opened(quota, opened[0] if opened else None)
+
     def _foreign_origin(self, scope: Scope) -> str | None:
         """The Origin of a browser page that may not call us; None if allowed or absent
         (MCP clients that are not browsers send none)."""
@@ -230,10 +262,21 @@ class McpEndpoint:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
             return
+        quota = scope[SCOPE_KEY].quota if opens_session(scope) else None
+        if quota is not None:
+            try:
+                self.sessions.admit(quota)
+            except Refusal as refusal:
+                body = {"error": refusal.error, "detail": refusal.detail}
+                await _refuse(send, refusal.status, body, refusal.headers)
+                return
         self._posts += 1
         self._idle.clear()
         try:
-            await self.app(scope, receive, send)
+            if quota is None:
+                await self.app(scope, receive, send)
+            else:
+                await self._open_session(scope, receive, send, quota)
         finally:
             self._posts -= 1
             if not self._posts:

@@ -141,6 +141,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
             state_keys=[state_key(s) for s in secrets],
             state_ttl=setting("CHATBRIDGE_MCP_STATE_TTL"),
             request_timeout=setting("CHATBRIDGE_MCP_REQUEST_TIMEOUT"),
+            max_calls_per_caller=setting("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER"),
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
         store=DjangoCallStore(),
@@ -153,4 +154,6 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         token=setting("CHATBRIDGE_MCP_TOKEN"),
         public=setting("CHATBRIDGE_MCP_PUBLIC"),
         check_token=check_user_token,
+        sessions_per_caller=setting("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER"),
+        session_idle=setting("CHATBRIDGE_MCP_SESSION_IDLE"),
     )

@@ -31,6 +31,7 @@ from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
 from chatbridge.mcp.callers import call_meta, caller_of
+from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
 from chatbridge.mcp.flat import flat_schema
@@ -93,6 +94,7 @@ class McpSettings:
     heartbeat: float = 5.0  # seconds between pings of a client that is being asked
     url_wait: float = 20.0  # a 2026-07-28 retry waits this long for a URL question's page
     name: str = "chatbridge"
+    max_calls_per_caller: int | None = None  # tool calls live at once per caller (caps.py)
 
 
 def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
@@ -106,6 +108,12 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
     header ("user:<pk>", "operator"); empty when anonymous or off HTTP."""
     caller = caller_of(ctx)
     return caller.identity if caller is not None else ""
+
+
+def _quota(ctx: ServerRequestContext[Any, Any]) -> str:
+    """Whose caps a call counts against (``Caller.quota``); "" off HTTP."""
+    caller = caller_of(ctx)
+    return caller.quota if caller is not None else ""
 
 
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -155,6 +163,7 @@ class McpBridge:
             manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
         )
         self._aborts: set[asyncio.Task[None]] = set()
+        self.caps = CallCaps(settings.max_calls_per_caller)
         self.server: Server[Any] = Server(
             settings.name,
             version="1.0",
@@ -181,6 +190,7 @@ class McpBridge:
             caller=_caller,
             client=self._client,
             cluster=cluster,
+            admit=lambda ctx: self.caps.admit(_quota(ctx)),
         )
         install(self.server, self.tasks, self._call_tool)
         if self.ui_uris:  # MCP Apps (mcp/apps.py): what clients that negotiate it see
@@ -280,19 +290,26 @@ class McpBridge:
         caps = ctx.session.client_capabilities
         can_elicit = caps is not None and caps.elicitation is not None
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        retry = can_elicit and modern and params.request_state is not None
+        # A new call takes a place under its caller's cap until it ends; a retry has one.
+        ticket = None if retry else self.caps.admit(_quota(ctx))
+        call_id = f"mcp_{uuid.uuid4().hex}"
         try:
             if can_elicit and modern:
-                return await self._round(ctx, tool, arguments, params)
+                return await self._round(ctx, tool, arguments, params, call_id)
             asks = bool(tool.elicits) or tool.needs_approval
             if not can_elicit and asks and not hears(ctx, "notice"):
                 return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
-            return await self._run(ctx, tool, arguments, push=can_elicit)
+            return await self._run(ctx, tool, arguments, call_id, push=can_elicit)
         except MCPError:
             raise
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("MCP call of %s failed", tool.name)
             return error_of(public_error(exc))
+        finally:
+            if ticket is not None:
+                ticket.follow(self.manager.get(call_id))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
         return _mcp_session(ctx) or _caller(ctx)
@@ -302,6 +319,7 @@ class McpBridge:
         ctx: ServerRequestContext[Any, Any],
         tool: McpTool[Any, Any],
         arguments: dict[str, Any],
+        call_id: str,
         *,
         push: bool,
     ) -> types.CallToolResult:
@@ -314,9 +332,7 @@ class McpBridge:
             "caller": _caller(ctx),
             "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
-        session = await self.manager.create(
-            tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
-        )
+        session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
         channel = Channel(ctx)
         ask: Ask
         if push:
@@ -372,6 +388,7 @@ class McpBridge:
         tool: McpTool[Any, Any],
         arguments: dict[str, Any],
         params: types.CallToolRequestParams,
+        call_id: str,
     ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller(ctx)
         meta = {
@@ -382,7 +399,6 @@ class McpBridge:
         }
         channel = Channel(ctx)
         if params.request_state is None:
-            call_id = f"mcp_{uuid.uuid4().hex}"
             return await self.rounds.start(tool, arguments, call_id, caller, channel, meta)
         try:
             state = RoundState.parse(params.request_state)

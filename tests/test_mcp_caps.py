@@ -1,0 +1,122 @@
+"""Caps per MCP caller: one caller at its cap is refused in words, and nobody else notices."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+import pytest
+from asgiref.sync import sync_to_async
+from mcp.shared.exceptions import MCPError
+from pytest_django.fixtures import Settings
+
+from tests.mcp_site import mcp_site
+from tests.test_mcp_auth import ACCEPT, INITIALIZE, CardPicker, client_with, token_of
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+async def site(settings: Settings) -> AsyncIterator[str]:
+    settings.CHATBRIDGE_MCP_PUBLIC = True
+    settings.CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER = 3
+    settings.CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER = 2
+    async with mcp_site() as url:
+        yield url
+
+
+class Caller:
+    """Raw HTTP from one client address, with one token (or none); closed by ``callers``."""
+
+    def __init__(self, url: str, address: str = "127.0.0.1", token: str = "") -> None:
+        transport = httpx2.AsyncHTTPTransport(local_address=address)
+        auth = [("authorization", f"Bearer {token}")] if token else []
+        self.url, self.headers = f"{url}/mcp", [*ACCEPT, *auth]
+        self.http = httpx2.AsyncClient(transport=transport, timeout=30)
+
+    async def open(self) -> httpx2.Response:
+        return await self.http.post(self.url, headers=self.headers, content=json.dumps(INITIALIZE))
+
+    async def close(self, session_id: str) -> None:
+        reply = await self.http.delete(
+            self.url, headers=[*self.headers, ("mcp-session-id", session_id)]
+        )
+        assert reply.status_code == 200, reply.text
+
+
+@pytest.fixture
+async def callers(site: str) -> AsyncIterator[Callable[..., Caller]]:
+    made: list[Caller] = []
+
+    def caller(address: str = "127.0.0.1", token: str = "") -> Caller:
+        made.append(Caller(site, address, token))
+        return made[-1]
+
+    yield caller
+    for each in made:
+        await each.http.aclose()
+
+
+def refused_as_too_many(reply: httpx2.Response) -> None:
+    assert reply.status_code == 429
+    assert reply.headers["retry-after"] == "30"
+    assert reply.json() == {
+        "error": "too_many_sessions",
+        "detail": "You have 3 MCP sessions open, the most one caller may have "
+        "(CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER): end one (HTTP DELETE with its "
+        "Mcp-Session-Id) or reuse it. Idle sessions expire by themselves.",
+    }
+
+
+async def test_an_address_at_its_session_cap_does_not_stop_another(
+    callers: Callable[..., Caller],
+) -> None:
+    greedy, other = callers("127.0.0.1"), callers("127.0.0.2")
+    opened = [await greedy.open() for _ in range(3)]
+    assert [r.status_code for r in opened] == [200, 200, 200]
+    refused_as_too_many(await greedy.open())
+    assert (await other.open()).status_code == 200
+    await greedy.close(opened[0].headers["mcp-session-id"])
+    assert (await greedy.open()).status_code == 200  # its room is free again at once
+
+
+async def test_a_user_at_the_session_cap_does_not_stop_another_user_at_the_same_address(
+    callers: Callable[..., Caller],
+) -> None:
+    alice, bob = [await sync_to_async(token_of)(name) for name in ("alice", "bob")]
+    greedy, other = callers(token=alice), callers(token=bob)
+    assert [(await greedy.open()).status_code for _ in range(3)] == [200, 200, 200]
+    refused_as_too_many(await greedy.open())
+    assert (await other.open()).status_code == 200
+    assert (await callers().open()).status_code == 200  # and anonymous callers neither
+
+
+async def test_a_user_at_the_call_cap_is_told_and_another_user_is_served(site: str) -> None:
+    alice, bob = [await sync_to_async(token_of)(name) for name in ("alice", "bob")]
+    picker = CardPicker()
+    picker.hold = asyncio.Event()  # alice's calls wait for her answers
+    options: dict[str, Any] = {"mode": "legacy", "elicitation_callback": picker}
+    async with client_with(site, alice, **options) as client:
+        held = [asyncio.create_task(client.call_tool("pick_card", {"count": 3})) for _ in "ab"]
+        await asyncio.wait_for(picker.asked.wait(), 15)
+        while len(picker.seen) < 2:  # both are asked: both are live
+            picker.asked.clear()
+            await asyncio.wait_for(picker.asked.wait(), 15)
+        with pytest.raises(MCPError) as info:
+            await client.call_tool("pick_card", {"count": 3})
+        async with client_with(site, bob, mode="legacy", elicitation_callback=CardPicker()) as b:
+            served = await b.call_tool("pick_card", {"count": 3})
+        picker.hold.set()
+        done = await asyncio.gather(*held)
+        again = await client.call_tool("pick_card", {"count": 3})  # room again
+    assert info.value.error.code == -32029
+    assert info.value.error.message == (
+        "You have 2 tool calls running, the most one caller may have at once "
+        "(CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER): wait for one to end, or cancel one, then call "
+        "again."
+    )
+    assert not served.is_error and not again.is_error
+    assert [r.is_error for r in done] == [False, False]
