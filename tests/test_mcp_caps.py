@@ -13,7 +13,9 @@ from asgiref.sync import sync_to_async
 from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
+from chatbridge.chat.models import ToolSession
 from tests.mcp_site import mcp_site
+from tests.raw_mcp import raw_session
 from tests.test_mcp_auth import ACCEPT, INITIALIZE, CardPicker, client_with, token_of
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -120,3 +122,67 @@ async def test_a_user_at_the_call_cap_is_told_and_another_user_is_served(site: s
     )
     assert not served.is_error and not again.is_error
     assert [r.is_error for r in done] == [False, False]
+
+
+IDLE = 0.5
+
+
+@pytest.fixture
+async def idle_site(settings: Settings) -> AsyncIterator[str]:
+    settings.CHATBRIDGE_MCP_PUBLIC = True
+    settings.CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER = 1
+    settings.CHATBRIDGE_MCP_SESSION_IDLE = IDLE
+    async with mcp_site() as url:
+        yield url
+
+
+async def test_an_idle_session_is_closed_and_frees_its_callers_room(idle_site: str) -> None:
+    async with httpx2.AsyncClient(timeout=30) as http:
+        url = f"{idle_site}/mcp"
+
+        async def initialize() -> httpx2.Response:
+            return await http.post(url, headers=ACCEPT, content=json.dumps(INITIALIZE))
+
+        first = await initialize()
+        session = [("mcp-session-id", first.headers["mcp-session-id"])]
+        assert (await initialize()).status_code == 429  # its one session is open
+        await asyncio.sleep(IDLE * 4)  # no request at all: the session is idle this long
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+        late = await http.post(url, headers=[*ACCEPT, *session], content=json.dumps(ping))
+        again = await initialize()
+    assert late.status_code == 404 and late.json()["error"]["message"] == "Session not found"
+    assert again.status_code == 200
+
+
+async def test_a_call_whose_client_vanished_ends_as_gone_when_its_session_expires(
+    idle_site: str,
+) -> None:
+    url = f"{idle_site}/mcp"
+    async with raw_session(url) as client:
+        await client.request("logging/setLevel", {"level": "notice"})
+        headers = {**client._headers(), "content-type": "application/json"}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "pick_card", "arguments": {"count": 3}},
+        }
+        async with client.http.stream("POST", url, json=call, headers=headers) as reply:
+            async for line in reply.aiter_lines():
+                if '"request_id"' in line:  # asked through a request notification
+                    break
+        # The client went away without a word: its call's stream is closed, nothing follows.
+        row = await wait_for_row(lambda r: r.status not in ("running", "awaiting_elicit"))
+    assert row.status == "aborted" and row.error == "the MCP client went away"
+
+
+async def wait_for_row(done: Callable[[ToolSession], bool], timeout: float = 15) -> ToolSession:
+    """The pick_card call's row once ``done`` holds (the server records it as the call ends)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        row = await ToolSession.objects.filter(tool_name="pick_card").afirst()
+        if row is not None and done(row):
+            return row
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"the call is still {row.status if row else 'not on record'}")
+        await asyncio.sleep(0.05)
