@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     # OAuth authorization servers (issuer URLs) whose tokens this resource accepts: when set,
     # /.well-known/oauth-protected-resource describes /mcp (RFC 9728) and 401s point to it.
     "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS": [],
+    # Dotted path of the SDK TokenVerifier (object or class) that checks those servers' tokens.
+    "CHATBRIDGE_MCP_TOKEN_VERIFIER": "",
 }
 
 

@@ -196,9 +196,12 @@ CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER = int(
     os.environ.get("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER", "32")
 )
 CHATBRIDGE_MCP_SESSION_IDLE = float(os.environ.get("CHATBRIDGE_MCP_SESSION_IDLE", "600"))
+# OAuth: the authorization servers (issuer URLs, space-separated) whose tokens /mcp accepts,
+# checked by the TokenVerifier at this dotted path; /mcp then publishes RFC 9728 metadata.
 CHATBRIDGE_MCP_AUTHORIZATION_SERVERS = os.environ.get(
     "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS", ""
 ).split()
+CHATBRIDGE_MCP_TOKEN_VERIFIER = os.environ.get("CHATBRIDGE_MCP_TOKEN_VERIFIER", "")
 
 LOGGING = {
     "version": 1,

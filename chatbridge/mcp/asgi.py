@@ -34,6 +34,7 @@ from chatbridge.mcp.callers import (
     enter,
 )
 from chatbridge.mcp.caps import SessionCaps, opens_session
+from chatbridge.mcp.resource import METADATA_PATHS, ResourceServer
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
@@ -88,9 +89,13 @@ async def _refuse(
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
-def _unauthorized(detail: str, *, invalid: bool = False) -> Refusal:
-    challenge = b'Bearer error="invalid_token"' if invalid else b"Bearer"
-    return Refusal(401, "unauthorized", detail, [(b"www-authenticate", challenge)])
+def _unauthorized(detail: str, *, invalid: bool = False, metadata: str | None = None) -> Refusal:
+    """A 401 whose challenge (RFC 6750) says whether the token was bad, and where the resource's
+    metadata is (RFC 9728) when an authorization server is configured."""
+    params = ['error="invalid_token"'] if invalid else []
+    params += [f'resource_metadata="{metadata}"'] if metadata else []
+    challenge = ("Bearer " + ", ".join(params)) if params else "Bearer"
+    return Refusal(401, "unauthorized", detail, [(b"www-authenticate", challenge.encode())])
 
 
 class McpEndpoint:
@@ -108,13 +113,16 @@ class McpEndpoint:
         sessions_per_caller: int | None = None,
         session_idle: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
         max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+        resource_server: ResourceServer | None = None,
     ) -> None:
         """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
         to requests without a token; ``check_token``: users' own MCP tokens.
         ``sessions_per_caller``: legacy sessions one caller may hold open at once;
         ``session_idle``: seconds after which a legacy session with no request in flight is
-        closed; ``max_sessions``: legacy sessions open at once in all (the SDK's cap)."""
+        closed; ``max_sessions``: legacy sessions open at once in all (the SDK's cap).
+        ``resource_server``: the OAuth authorization servers whose tokens are accepted."""
         self.bridge = bridge
+        self.resource_server = resource_server
         self.public = public
         self.check_token = check_token
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
@@ -175,6 +183,8 @@ class McpEndpoint:
     def policy(self) -> str:
         """Who may call the tools, in words (logged at start-up)."""
         users = " or a user's MCP token" if self.check_token is not None else ""
+        if self.resource_server is not None:
+            users += " or a token of " + ", ".join(self.resource_server.authorization_servers)
         if self._token_digest is not None:
             return f"requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN{users}>"
         if self.public:
@@ -195,22 +205,44 @@ class McpEndpoint:
         per client address, like the shared token's holders (who are one identity)."""
         token = bearer_token(scope.get("headers") or ())
         address = client_address(scope)
+        oauth = self.resource_server
+        metadata = oauth.metadata_url(scope) if oauth is not None else None
         if token is None:
             if self.public:
                 return Caller("", f"address:{address}", {"address": address})
-            if self._token_digest is None:
+            if self._token_digest is None and oauth is None:
                 raise Refusal(403, "forbidden", _CLOSED)
-            raise _unauthorized("Send Authorization: Bearer <token>.")
+            raise _unauthorized("Send Authorization: Bearer <token>.", metadata=metadata)
         if self._token_digest is not None and hmac.compare_digest(
             hashlib.sha256(token.encode()).digest(), self._token_digest
         ):
             return Caller(OPERATOR, f"address:{address}", {"address": address})
         found = await self.check_token(token) if self.check_token is not None else None
+        if found is None and oauth is not None:
+            found = await oauth.caller(token, scope)
         if found is None:
             raise _unauthorized(
-                "This bearer token is not valid here: unknown, or revoked.", invalid=True
+                "This bearer token is not valid here: unknown, or revoked.",
+                invalid=True,
+                metadata=metadata,
             )
         return dataclasses.replace(found, meta={**found.meta, "address": address})
+
+    async def _metadata(self, scope: Scope, send: Send) -> None:
+        """The protected resource metadata (RFC 9728): public, readable from any page."""
+        document = None
+        if self.resource_server is not None and scope.get("method") in ("GET", "HEAD"):
+            document = self.resource_server.document(scope)
+        if document is None:
+            await _refuse(send, 404, {"error": "not_found", "detail": "No such document."})
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"access-control-allow-origin", b"*"),
+            (b"cache-control", b"public, max-age=3600"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": document})
 
     async def _open_session(self, scope: Scope, receive: Receive, send: Send, quota: str) -> None:
         """A request that opens a legacy session: the session, if one opened, is ``quota``'s."""
@@ -240,6 +272,9 @@ class McpEndpoint:
         return ", ".join(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") in METADATA_PATHS:
+            await self._metadata(scope, send)
+            return
         if scope["type"] == "http":
             foreign = self._foreign_origin(scope)
             if foreign is not None:

@@ -7,8 +7,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from chatbridge.chat.mcp_tokens import find_token
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
@@ -20,6 +22,7 @@ from chatbridge.conf import setting
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller
+from chatbridge.mcp.resource import ResourceServer
 from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
@@ -156,4 +159,27 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         check_token=check_user_token,
         sessions_per_caller=setting("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER"),
         session_idle=setting("CHATBRIDGE_MCP_SESSION_IDLE"),
+        resource_server=_resource_server(),
+    )
+
+
+def _resource_server() -> ResourceServer | None:
+    """``/mcp`` as an OAuth protected resource, when authorization servers are configured."""
+    servers = list(setting("CHATBRIDGE_MCP_AUTHORIZATION_SERVERS"))
+    dotted = setting("CHATBRIDGE_MCP_TOKEN_VERIFIER")
+    if not servers:
+        if dotted:
+            raise ImproperlyConfigured(
+                "CHATBRIDGE_MCP_TOKEN_VERIFIER checks tokens of an authorization server: name "
+                "it in CHATBRIDGE_MCP_AUTHORIZATION_SERVERS too (its issuer URL)."
+            )
+        return None
+    verifier = import_string(dotted) if dotted else None
+    if isinstance(verifier, type):
+        verifier = verifier()
+    return ResourceServer(
+        servers,
+        django_allowed_hosts(),
+        public_url=setting("CHATBRIDGE_PUBLIC_URL"),
+        verifier=verifier,
     )
