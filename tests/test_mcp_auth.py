@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.mcp_tokens import issue_token
+from chatbridge.chat.mcp_tokens import issue_token, revoke_tokens
 from chatbridge.chat.models import McpToken, ToolSession
 from chatbridge.core.model_context import extract_context
 from tests.mcp_results import input_required, responses, text_of
@@ -240,3 +240,24 @@ async def test_request_state_is_bound_to_the_user_whose_token_started_the_call(
                 request_state=first.request_state,
             )
     assert info.value.error.message == "This requestState belongs to another caller."
+
+
+@pytest.fixture
+async def public_site(settings: Settings) -> AsyncIterator[str]:
+    settings.CHATBRIDGE_MCP_TOKEN = ""
+    settings.CHATBRIDGE_MCP_PUBLIC = True
+    async with mcp_site() as url:
+        yield url
+
+
+async def test_an_open_endpoint_refuses_a_revoked_user_token_rather_than_ignore_it(
+    public_site: str,
+) -> None:
+    token = await sync_to_async(token_of)("dave")
+    await sync_to_async(revoke_tokens)(McpToken.objects.all(), "admin")
+    refused = await post(public_site, [("authorization", f"Bearer {token}")], INITIALIZE)
+    assert refused.status_code == 401
+    assert refused.json()["detail"] == "This bearer token is not valid here: unknown, or revoked."
+    anonymous = await post(public_site, [], INITIALIZE)
+    chosen = await post(public_site, [("authorization", "Bearer my-own-secret")], INITIALIZE)
+    assert anonymous.status_code == chosen.status_code == 200

@@ -80,6 +80,7 @@ async def test_an_address_at_its_session_cap_does_not_stop_another(
     opened = [await greedy.open() for _ in range(3)]
     assert [r.status_code for r in opened] == [200, 200, 200]
     refused_as_too_many(await greedy.open())
+    refused_as_too_many(await callers(token="a-new-name").open())  # same address, same room
     assert (await other.open()).status_code == 200
     await greedy.close(opened[0].headers["mcp-session-id"])
     assert (await greedy.open()).status_code == 200  # its room is free again at once

@@ -2,9 +2,10 @@
 
 The process's runtime starts and closes it (``start()``/``aclose()``). Requests from browser
 pages of other origins are refused. Who may call the tools is explicit: a user's MCP token
-(created in the admin), the shared bearer token, or a deliberate ``public`` endpoint; with none
-of them, a request without a token is refused with a 403 that says how to open it. A token that
-is presented is always checked, also on a public endpoint.
+(created in the admin), the shared bearer token, a token of a configured OAuth authorization
+server, or a deliberate ``public`` endpoint; with none of them, a request without a token is
+refused with a 403 that says how to open it. On a public endpoint a token of the client's own
+choosing binds its calls to it; a user's token that is unknown or revoked is refused there too.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ class McpEndpoint:
         session_idle: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
         max_sessions: int | None = DEFAULT_MAX_SESSIONS,
         resource_server: ResourceServer | None = None,
+        user_token_prefix: str = "",
     ) -> None:
         """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
         to requests without a token; ``check_token``: users' own MCP tokens.
@@ -124,7 +126,7 @@ class McpEndpoint:
         self.bridge = bridge
         self.resource_server = resource_server
         self.public = public
-        self.check_token = check_token
+        self.check_token, self.user_token_prefix = check_token, user_token_prefix
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
         self.app = bridge.server.streamable_http_app(
             streamable_http_path="/mcp",
@@ -220,6 +222,12 @@ class McpEndpoint:
         found = await self.check_token(token) if self.check_token is not None else None
         if found is None and oauth is not None:
             found = await oauth.caller(token, scope)
+        if found is None and self.public and oauth is None and not self._issued_here(token):
+            # A token of the client's own choosing on an open endpoint: it proves nobody, but
+            # binds the client's calls to it (no other anonymous caller can take them over).
+            # Its caps are its address's: new tokens do not buy more room.
+            digest = hashlib.sha256(token.encode()).hexdigest()[:32]
+            return Caller(f"bearer:{digest}", f"address:{address}", {"address": address})
         if found is None:
             raise _unauthorized(
                 "This bearer token is not valid here: unknown, or revoked.",
@@ -227,6 +235,11 @@ class McpEndpoint:
                 metadata=metadata,
             )
         return dataclasses.replace(found, meta={**found.meta, "address": address})
+
+    def _issued_here(self, token: str) -> bool:
+        """Does the token look like one of this server's (a user's MCP token)? Such a token,
+        unknown or revoked, is refused even on an open endpoint rather than taken as anonymous."""
+        return bool(self.user_token_prefix) and token.startswith(self.user_token_prefix)
 
     async def _metadata(self, scope: Scope, send: Send) -> None:
         """The protected resource metadata (RFC 9728): public, readable from any page."""

@@ -12,7 +12,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from chatbridge.chat.mcp_tokens import find_token
+from chatbridge.chat.mcp_tokens import PREFIX, find_token
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
@@ -160,6 +160,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         sessions_per_caller=setting("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER"),
         session_idle=setting("CHATBRIDGE_MCP_SESSION_IDLE"),
         resource_server=_resource_server(),
+        user_token_prefix=PREFIX,
     )
 
 
