@@ -261,3 +261,18 @@ async def test_an_open_endpoint_refuses_a_revoked_user_token_rather_than_ignore_
     anonymous = await post(public_site, [], INITIALIZE)
     chosen = await post(public_site, [("authorization", "Bearer my-own-secret")], INITIALIZE)
     assert anonymous.status_code == chosen.status_code == 200
+
+
+async def test_a_legacy_session_serves_only_the_user_who_opened_it(token_site: str) -> None:
+    alice, bob = [await sync_to_async(token_of)(name) for name in ("alice", "bob")]
+    opened = await post(token_site, [("authorization", f"Bearer {alice}")], INITIALIZE)
+    session = ("mcp-session-id", opened.headers["mcp-session-id"])
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+    version = ("mcp-protocol-version", "2025-11-25")
+    as_bob = await post(token_site, [("authorization", f"Bearer {bob}"), session, version], ping)
+    as_alice = await post(
+        token_site, [("authorization", f"Bearer {alice}"), session, version], ping
+    )
+    assert as_bob.status_code == 404
+    assert as_bob.json()["error"]["message"] == "Session not found"
+    assert as_alice.status_code == 200
