@@ -27,6 +27,8 @@ __all__ = [
     "caller_of",
     "client_address",
     "enter",
+    "identity_of",
+    "quota_of",
 ]
 
 SCOPE_KEY = "chatbridge.mcp.caller"
@@ -120,3 +122,16 @@ def call_meta(ctx: ServerRequestContext[Any, Any]) -> dict[str, str]:
     whose call it is, and revoking a token finds the calls made with it."""
     caller = caller_of(ctx)
     return dict(caller.meta) if caller is not None else {}
+
+
+def identity_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """Who is calling (``Caller.identity``: "user:<pk>", "operator"…); "" when anonymous or
+    off HTTP. What a call hands out is bound to it."""
+    caller = caller_of(ctx)
+    return caller.identity if caller is not None else ""
+
+
+def quota_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """Whose caps a call counts against (``Caller.quota``); "" off HTTP."""
+    caller = caller_of(ctx)
+    return caller.quota if caller is not None else ""

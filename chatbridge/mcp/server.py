@@ -30,7 +30,7 @@ from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
-from chatbridge.mcp.callers import call_meta, caller_of
+from chatbridge.mcp.callers import call_meta, identity_of, quota_of
 from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
@@ -101,19 +101,6 @@ def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
     return str(headers.get(name, "")) if headers is not None else ""
-
-
-def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
-    """Who is calling: the identity the endpoint read from the request's one Authorization
-    header ("user:<pk>", "operator"); empty when anonymous or off HTTP."""
-    caller = caller_of(ctx)
-    return caller.identity if caller is not None else ""
-
-
-def _quota(ctx: ServerRequestContext[Any, Any]) -> str:
-    """Whose caps a call counts against (``Caller.quota``); "" off HTTP."""
-    caller = caller_of(ctx)
-    return caller.quota if caller is not None else ""
 
 
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -187,10 +174,10 @@ class McpBridge:
             self.rounds,
             settings.state_keys,
             settings.state_ttl,
-            caller=_caller,
+            caller=identity_of,
             client=self._client,
             cluster=cluster,
-            admit=lambda ctx: self.caps.admit(_quota(ctx)),
+            admit=lambda ctx: self.caps.admit(quota_of(ctx)),
         )
         install(self.server, self.tasks, self._call_tool)
         if self.ui_uris:  # MCP Apps (mcp/apps.py): what clients that negotiate it see
@@ -292,7 +279,7 @@ class McpBridge:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         retry = can_elicit and modern and params.request_state is not None
         # A new call takes a place under its caller's cap until it ends; a retry has one.
-        ticket = None if retry else self.caps.admit(_quota(ctx))
+        ticket = None if retry else self.caps.admit(quota_of(ctx))
         call_id = f"mcp_{uuid.uuid4().hex}"
         try:
             if can_elicit and modern:
@@ -312,7 +299,7 @@ class McpBridge:
                 ticket.follow(self.manager.get(call_id))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        return _mcp_session(ctx) or _caller(ctx)
+        return _mcp_session(ctx) or identity_of(ctx)
 
     async def _run(
         self,
@@ -329,7 +316,7 @@ class McpBridge:
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
             "origin": request_origin(ctx),
-            "caller": _caller(ctx),
+            "caller": identity_of(ctx),
             "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
         session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
@@ -351,7 +338,7 @@ class McpBridge:
                 self.settings.request_timeout,
                 session,
                 _mcp_session(ctx),
-                _caller(ctx),
+                identity_of(ctx),
             )
         completed = ask.completed if isinstance(ask, PushCarrier) else None
         try:
@@ -390,7 +377,7 @@ class McpBridge:
         params: types.CallToolRequestParams,
         call_id: str,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        caller = _caller(ctx)
+        caller = identity_of(ctx)
         meta = {
             **call_meta(ctx),
             "transport": "mcp-mrtr",
@@ -417,7 +404,7 @@ class McpBridge:
         """``_ui_question``/``_ui_answer`` of a guest UI shown by an MCP Apps host."""
         apps.require_apps(ctx, name)
         sessions = [self.manager.get(info.id) for info in self.manager.list_active()]
-        client, caller = self._client(ctx), _caller(ctx)
+        client, caller = self._client(ctx), identity_of(ctx)
         if name == apps.QUESTION_TOOL:
             return apps.question(sessions, client, caller, arguments, self.flat)
         return await apps.answer(sessions, client, caller, arguments)
@@ -430,7 +417,7 @@ class McpBridge:
             raise MCPError(types.INVALID_PARAMS, "_respond needs a string request_id.")
         try:
             note = await self.pending.respond(
-                request_id, arguments.get("payload"), _mcp_session(ctx), _caller(ctx)
+                request_id, arguments.get("payload"), _mcp_session(ctx), identity_of(ctx)
             )
         except KeyError:
             raise MCPError(
