@@ -209,8 +209,10 @@ class McpEndpoint:
         address = client_address(scope)
         oauth = self.resource_server
         metadata = oauth.metadata_url(scope) if oauth is not None else None
+        # The shared token, when set, is required even if the endpoint is also marked public.
+        open_to_all = self.public and self._token_digest is None
         if token is None:
-            if self.public:
+            if open_to_all:
                 return Caller("", f"address:{address}", {"address": address})
             if self._token_digest is None and oauth is None:
                 raise Refusal(403, "forbidden", _CLOSED)
@@ -222,7 +224,7 @@ class McpEndpoint:
         found = await self.check_token(token) if self.check_token is not None else None
         if found is None and oauth is not None:
             found = await oauth.caller(token, scope)
-        if found is None and self.public and oauth is None and not self._issued_here(token):
+        if found is None and open_to_all and oauth is None and not self._issued_here(token):
             # A token of the client's own choosing on an open endpoint: it proves nobody, but
             # binds the client's calls to it (no other anonymous caller can take them over).
             # Its caps are its address's: new tokens do not buy more room.
