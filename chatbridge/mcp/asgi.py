@@ -90,6 +90,11 @@ async def _refuse(
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
+async def _refuse_with(send: Send, refusal: Refusal) -> None:
+    body = {"error": refusal.error, "detail": refusal.detail}
+    await _refuse(send, refusal.status, body, refusal.headers)
+
+
 def _unauthorized(detail: str, *, invalid: bool = False, metadata: str | None = None) -> Refusal:
     """A 401 whose challenge (RFC 6750) says whether the token was bad, and where the resource's
     metadata is (RFC 9728) when an authorization server is configured."""
@@ -302,8 +307,7 @@ class McpEndpoint:
             try:
                 caller = await self.identify(scope)
             except Refusal as refusal:
-                body = {"error": refusal.error, "detail": refusal.detail}
-                await _refuse(send, refusal.status, body, refusal.headers)
+                await _refuse_with(send, refusal)
                 return
             enter(scope, caller)
         if self._runner is None or self._runner.done():
@@ -317,8 +321,7 @@ class McpEndpoint:
             try:
                 self.sessions.admit(quota)
             except Refusal as refusal:
-                body = {"error": refusal.error, "detail": refusal.detail}
-                await _refuse(send, refusal.status, body, refusal.headers)
+                await _refuse_with(send, refusal)
                 return
         self._posts += 1
         self._idle.clear()
