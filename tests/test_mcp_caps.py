@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
+import mcp_types as types
 import pytest
 from asgiref.sync import sync_to_async
 from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
 from chatbridge.chat.models import ToolSession
+from chatbridge.core.model_context import extract_context
+from tests.mcp_results import elicitation, input_required, responses
 from tests.mcp_site import mcp_site
 from tests.raw_mcp import raw_session
 from tests.test_mcp_auth import ACCEPT, INITIALIZE, CardPicker, client_with, token_of
@@ -187,3 +190,33 @@ async def wait_for_row(done: Callable[[ToolSession], bool], timeout: float = 15)
         if asyncio.get_running_loop().time() > deadline:
             pytest.fail(f"the call is still {row.status if row else 'not on record'}")
         await asyncio.sleep(0.05)
+
+
+async def test_a_suspended_2026_call_keeps_its_place_until_it_ends(site: str) -> None:
+    alice = await sync_to_async(token_of)("alice")
+    modern: dict[str, Any] = {"mode": "2026-07-28", "elicitation_callback": CardPicker()}
+    async with client_with(site, alice, **modern) as client:
+        asked = [
+            input_required(
+                await client.session.call_tool("pick_card", {"count": 3}, allow_input_required=True)
+            )
+            for _ in "ab"
+        ]
+        with pytest.raises(MCPError) as info:  # both wait for answers between round trips
+            await client.session.call_tool("pick_card", {"count": 3}, allow_input_required=True)
+        [key] = asked[0].input_requests
+        card = extract_context(None, elicitation(asked[0].input_requests[key]).message)["cards"][0]
+        answer = responses(
+            {key: types.ElicitResult(action="accept", content={"card": card["code"]})}
+        )
+        done = await client.session.call_tool(
+            "pick_card",
+            {"count": 3},
+            allow_input_required=True,
+            input_responses=answer,
+            request_state=asked[0].request_state,
+        )
+        again = await client.session.call_tool("pick_card", {"count": 3}, allow_input_required=True)
+    assert info.value.error.code == -32029
+    assert isinstance(done, types.CallToolResult) and not done.is_error
+    assert isinstance(again, types.InputRequiredResult)  # the ended call's place is free
