@@ -45,6 +45,17 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_EVENTS_REDIS": "",
     "CHATBRIDGE_MCP_EVENTS_PREFIX": "chatbridge:mcp-events",
     "CHATBRIDGE_MCP_SSE_RETRY_MS": 1000,
+    # Per MCP caller (a user's tokens, or one client address): legacy sessions open at once and
+    # tool calls live at once, in each worker (None: no cap); seconds after which a legacy
+    # session with no request in flight is closed (None: never).
+    "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": 32,
+    "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": 32,
+    "CHATBRIDGE_MCP_SESSION_IDLE": 600.0,
+    # OAuth authorization servers (issuer URLs) whose tokens this resource accepts: when set,
+    # /.well-known/oauth-protected-resource describes /mcp (RFC 9728) and 401s point to it.
+    "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS": [],
+    # Dotted path of the SDK TokenVerifier (object or class) that checks those servers' tokens.
+    "CHATBRIDGE_MCP_TOKEN_VERIFIER": "",
 }
 
 

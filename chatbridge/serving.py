@@ -59,6 +59,7 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> App:
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.origins import SameOriginValidator
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
+    from chatbridge.mcp.resource import METADATA_PATHS
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
 
     if settings.DEBUG and not _static_served(settings.MIDDLEWARE):
@@ -75,6 +76,8 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> App:
         path = scope.get("path", "")
         if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
             await current_runtime().mcp(scope, receive, send)
+        elif path in METADATA_PATHS and current_runtime().mcp.resource_server is not None:
+            await current_runtime().mcp(scope, receive, send)  # RFC 9728, for OAuth clients
         else:
             await django_app(scope, receive, send)
 

@@ -204,6 +204,20 @@ CHATBRIDGE_DB_RETRY_SECONDS = float(os.environ.get("CHATBRIDGE_DB_RETRY_SECONDS"
 # Seconds between two looks for committed calls (a payment taken) whose worker is gone.
 CHATBRIDGE_COMMITMENT_SWEEP = float(os.environ.get("CHATBRIDGE_COMMITMENT_SWEEP", "5"))
 CHATBRIDGE_MCP_SSE_RETRY_MS = env_int(_env, "CHATBRIDGE_MCP_SSE_RETRY_MS", 1000)
+# Caps per MCP caller (a user's tokens, or one client address) and idle legacy sessions.
+CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER = int(
+    os.environ.get("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER", "32")
+)
+CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER = int(
+    os.environ.get("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER", "32")
+)
+CHATBRIDGE_MCP_SESSION_IDLE = float(os.environ.get("CHATBRIDGE_MCP_SESSION_IDLE", "600"))
+# OAuth: the authorization servers (issuer URLs, space-separated) whose tokens /mcp accepts,
+# checked by the TokenVerifier at this dotted path; /mcp then publishes RFC 9728 metadata.
+CHATBRIDGE_MCP_AUTHORIZATION_SERVERS = os.environ.get(
+    "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS", ""
+).split()
+CHATBRIDGE_MCP_TOKEN_VERIFIER = os.environ.get("CHATBRIDGE_MCP_TOKEN_VERIFIER", "")
 
 LOGGING = {
     "version": 1,

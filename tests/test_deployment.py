@@ -253,7 +253,9 @@ def test_mcp_is_closed_until_the_operator_chooses_who_may_call_it(
     assert production.output().count("MCP at /mcp: closed") == 1
 
 
-@pytest.mark.parametrize(("token", "public", "status"), [("", False, 403), ("t0ken", False, 401)])
+@pytest.mark.parametrize(
+    ("token", "public", "status"), [("", False, 403), ("t0ken", False, 401), ("t0ken", True, 401)]
+)
 async def test_the_mcp_policy_is_enforced_before_the_sdk(
     token: str, public: bool, status: int
 ) -> None:

@@ -343,37 +343,8 @@ async def test_a_bearer_token_guards_the_endpoint() -> None:
     await endpoint(scope, receive, send)
     assert sent[0]["status"] == 401
     assert json.loads(sent[1]["body"])["error"] == "unauthorized"
-    assert endpoint._authorised({"headers": [(b"authorization", b"Bearer s3cret")]})
-
-
-@contextlib.asynccontextmanager
-async def authorised_client(server: str, token: str, person: Person) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        transport = streamable_http_client(f"{server}/mcp", http_client=http)
-        async with Client(transport, mode="2026-07-28", elicitation_callback=person) as client:
-            yield client
-
-
-async def test_request_state_is_bound_to_the_caller(server: str) -> None:
-    async with authorised_client(server, "alice", Person()) as alice:
-        first = input_required(
-            await alice.session.call_tool("book_flight", ROUTE, allow_input_required=True)
-        )
-    [key] = first.input_requests
-    answer = responses(
-        {key: types.ElicitResult(action="accept", content={"flight_id": FLIGHTS[0].id})}
-    )
-    async with authorised_client(server, "mallory", Person()) as mallory:
-        with pytest.raises(MCPError) as info:
-            await mallory.session.call_tool(
-                "book_flight",
-                ROUTE,
-                allow_input_required=True,
-                input_responses=answer,
-                request_state=first.request_state,
-            )
-    assert info.value.error.message == "This requestState belongs to another caller."
+    caller = await endpoint.identify({"headers": [(b"authorization", b"Bearer s3cret")]})
+    assert caller.identity == "operator"
 
 
 async def test_expired_request_state_is_refused() -> None:

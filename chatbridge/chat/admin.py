@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from chatbridge.chat import mcp_token_admin  # noqa: F401  (registers the MCP tokens' admin)
 from chatbridge.chat.admin_display import (
     NOTHING,
     ago,
@@ -395,6 +396,9 @@ class ToolSessionAdmin(ReadOnlyAdmin):
     def owner(self, session: ToolSession) -> str:
         if session.conversation is not None:
             return session.conversation.owner
+        meta = session.meta or {}
+        if meta.get("user"):  # an MCP call made with a user's token
+            return f"{meta['user']} (MCP token “{meta.get('token', '')}”)"
         return f"MCP client {session.client}" if session.client else NOTHING
 
     @admin.display(description="pending question")

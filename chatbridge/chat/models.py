@@ -7,6 +7,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 
 
@@ -306,3 +307,36 @@ class ElicitLink(models.Model):
     @property
     def used(self) -> bool:
         return self.completed_at is not None or self.closed_at is not None
+
+
+class McpToken(models.Model):
+    """A user's bearer token for ``/mcp``: calls made with it are the user's.
+
+    Only a hash is kept (the token is random, 32 bytes: sha256 is enough); the token itself is
+    shown once, when the admin creates it. A revoked token is refused from the next request.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="mcp_tokens", on_delete=models.CASCADE
+    )
+    name = models.CharField(max_length=100, help_text="what it is for, e.g. “laptop agent”")
+    token_hash = models.CharField(max_length=64, unique=True, help_text="sha256 of the token")
+    prefix = models.CharField(
+        max_length=16, blank=True, default="", help_text="the token's first characters"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    revoked_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["user", "-created_at"]
+        verbose_name = "MCP token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user})"
+
+    @property
+    def identity(self) -> str:
+        """The caller its calls belong to (binds requestState, tasks, legacy sessions)."""
+        return f"user:{self.user_id}"

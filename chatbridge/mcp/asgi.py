@@ -1,15 +1,18 @@
 """``/mcp`` in the project's ASGI app: the SDK's streamable HTTP app, guarded.
 
 The process's runtime starts and closes it (``start()``/``aclose()``). Requests from browser
-pages of other origins are refused. Who may call the tools is explicit: a bearer token, or a
-deliberate ``public`` endpoint; with neither, every request is refused with a 403 that says how
-to open it.
+pages of other origins are refused. Who may call the tools is explicit: a user's MCP token
+(created in the admin), the shared bearer token, a token of a configured OAuth authorization
+server, or a deliberate ``public`` endpoint; with none of them, a request without a token is
+refused with a 403 that says how to open it. On a public endpoint a token of the client's own
+choosing binds its calls to it; a user's token that is unknown or revoked is refused there too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -19,19 +22,45 @@ from typing import Any
 
 import anyio
 from mcp.server.streamable_http import EventMessage
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.streamable_http_manager import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    StreamableHTTPASGIApp,
+)
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
 from chatbridge.chat.origins import request_origin_allowed
+from chatbridge.mcp.callers import (
+    OPERATOR,
+    SCOPE_KEY,
+    Caller,
+    Refusal,
+    TokenCheck,
+    bearer_token,
+    client_address,
+    enter,
+)
+from chatbridge.mcp.caps import SessionCaps, opens_session
 from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions, SessionEvents
+from chatbridge.mcp.resource import METADATA_PATHS, ResourceServer
 from chatbridge.mcp.server import McpBridge
 
 __all__ = ["McpEndpoint", "transport_security"]
 
 logger = logging.getLogger("chatbridge.mcp")
+_CLOSED = (
+    "MCP is not open on this server without a token: send Authorization: Bearer <your MCP "
+    "token> (an administrator creates one for you in the admin, under MCP tokens), or, as the "
+    "operator, set CHATBRIDGE_MCP_TOKEN to require a shared bearer token, or "
+    "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
+)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class _SessionEndedFilter(logging.Filter):
@@ -48,14 +77,6 @@ class _SessionEndedFilter(logging.Filter):
 
 _SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
 _SESSION_ENDED = _SessionEndedFilter()
-_CLOSED = (
-    "MCP is not open on this server: set CHATBRIDGE_MCP_TOKEN to require a bearer token, or "
-    "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
-)
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def transport_security(
@@ -95,6 +116,20 @@ async def _refuse(
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
+async def _refuse_with(send: Send, refusal: Refusal) -> None:
+    body = {"error": refusal.error, "detail": refusal.detail}
+    await _refuse(send, refusal.status, body, refusal.headers)
+
+
+def _unauthorized(detail: str, *, invalid: bool = False, metadata: str | None = None) -> Refusal:
+    """A 401 whose challenge (RFC 6750) says whether the token was bad, and where the resource's
+    metadata is (RFC 9728) when an authorization server is configured."""
+    params = ['error="invalid_token"'] if invalid else []
+    params += [f'resource_metadata="{metadata}"'] if metadata else []
+    challenge = ("Bearer " + ", ".join(params)) if params else "Bearer"
+    return Refusal(401, "unauthorized", detail, [(b"www-authenticate", challenge.encode())])
+
+
 class McpEndpoint:
     """ASGI app for ``/mcp``: origin and token checks, lazy session manager, the SDK's app."""
 
@@ -106,13 +141,27 @@ class McpEndpoint:
         trusted_origins: Sequence[str] = (),
         token: str = "",
         public: bool = False,
+        check_token: TokenCheck | None = None,
+        sessions_per_caller: int | None = None,
+        session_idle: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+        max_sessions: int | None = DEFAULT_MAX_SESSIONS,
+        resource_server: ResourceServer | None = None,
+        user_token_prefix: str = "",
         events: EventLog | None = None,
         retry_ms: int = 1000,
     ) -> None:
-        """``events`` keeps what each SSE stream sent, for clients that reconnect (in this
+        """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
+        to requests without a token; ``check_token``: users' own MCP tokens.
+        ``sessions_per_caller``: legacy sessions one caller may hold open at once;
+        ``session_idle``: seconds after which a legacy session with no request in flight is
+        closed; ``max_sessions``: legacy sessions open at once in all (the SDK's cap).
+        ``resource_server``: the OAuth authorization servers whose tokens are accepted.
+        ``events`` keeps what each SSE stream sent, for clients that reconnect (in this
         process unless given one that workers share); ``retry_ms`` is how long they wait."""
         self.bridge = bridge
+        self.resource_server = resource_server
         self.public = public
+        self.check_token, self.user_token_prefix = check_token, user_token_prefix
         self.allowed_hosts, self.trusted_origins = list(allowed_hosts), list(trusted_origins)
         self.events = events if events is not None else MemoryEventLog()
         self.retry_ms = retry_ms
@@ -122,10 +171,18 @@ class McpEndpoint:
             _SDK_TRANSPORT_LOG.addFilter(_SESSION_ENDED)
         # What Server.streamable_http_app builds, with a session manager that gives every
         # session its own scope of the event log (mcp/events.py).
-        self.sessions = ResumableSessions(
-            bridge.server, self.events, retry_interval=retry_ms, security_settings=security
+        self.manager = ResumableSessions(
+            bridge.server,
+            self.events,
+            retry_interval=retry_ms,
+            security_settings=security,
+            session_idle_timeout=session_idle,
+            max_sessions=max_sessions,
         )
-        self.app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(self.sessions))])
+        self.app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(self.manager))])
+        # The per-caller count asks the SDK's own record of the sessions it holds (ended ones
+        # leave it at once, however they end) rather than keep a copy that could drift.
+        self.sessions = SessionCaps(sessions_per_caller, self.manager.holds)
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -146,7 +203,7 @@ class McpEndpoint:
         stop = self._stop
 
         async def run() -> None:
-            async with self.sessions.run():
+            async with self.manager.run():
                 ready.set()
                 await stop.wait()
 
@@ -173,22 +230,97 @@ class McpEndpoint:
     @property
     def policy(self) -> str:
         """Who may call the tools, in words (logged at start-up)."""
+        users = " or a user's MCP token" if self.check_token is not None else ""
+        if self.resource_server is not None:
+            users += " or a token of " + ", ".join(self.resource_server.authorization_servers)
         if self._token_digest is not None:
-            return "requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN>"
+            return f"requires Authorization: Bearer <CHATBRIDGE_MCP_TOKEN{users}>"
         if self.public:
             return "open to anyone who reaches it (CHATBRIDGE_MCP_PUBLIC)"
+        if users:
+            return (
+                "closed except to users' MCP tokens (or set CHATBRIDGE_MCP_TOKEN or "
+                "CHATBRIDGE_MCP_PUBLIC=1)"
+            )
         return "closed (set CHATBRIDGE_MCP_TOKEN or CHATBRIDGE_MCP_PUBLIC=1)"
 
     def log_policy(self) -> None:
         logger.info("MCP at /mcp: %s", self.policy)
 
-    def _authorised(self, scope: Scope) -> bool:
-        if self._token_digest is None:
-            return True
-        header = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-        scheme, _, token = header.partition(" ")
-        given = hashlib.sha256(token.strip().encode()).digest()
-        return scheme.lower() == "bearer" and hmac.compare_digest(given, self._token_digest)
+    async def identify(self, scope: Scope) -> Caller:
+        """Who sends this request, from its one ``Authorization`` header; ``Refusal`` if it may
+        not call. Without a token it is anonymous (a public endpoint only), its caps counted
+        per client address, like the shared token's holders (who are one identity)."""
+        token = bearer_token(scope.get("headers") or ())
+        address = client_address(scope)
+        oauth = self.resource_server
+        metadata = oauth.metadata_url(scope) if oauth is not None else None
+        # The shared token, when set, is required even if the endpoint is also marked public.
+        open_to_all = self.public and self._token_digest is None
+        if token is None:
+            if open_to_all:
+                return Caller("", f"address:{address}", {"address": address})
+            if self._token_digest is None and oauth is None:
+                raise Refusal(403, "forbidden", _CLOSED)
+            raise _unauthorized("Send Authorization: Bearer <token>.", metadata=metadata)
+        if self._token_digest is not None and hmac.compare_digest(
+            hashlib.sha256(token.encode()).digest(), self._token_digest
+        ):
+            return Caller(OPERATOR, f"address:{address}", {"address": address})
+        found = await self.check_token(token) if self.check_token is not None else None
+        if found is None and oauth is not None:
+            found = await oauth.caller(token, scope)
+        if found is None and open_to_all and oauth is None and not self._issued_here(token):
+            # A token of the client's own choosing on an open endpoint: it proves nobody, but
+            # binds the client's calls to it (no other anonymous caller can take them over).
+            # Its caps are its address's: new tokens do not buy more room.
+            digest = hashlib.sha256(token.encode()).hexdigest()[:32]
+            return Caller(f"bearer:{digest}", f"address:{address}", {"address": address})
+        if found is None:
+            raise _unauthorized(
+                "This bearer token is not valid here: unknown, or revoked.",
+                invalid=True,
+                metadata=metadata,
+            )
+        return dataclasses.replace(found, meta={**found.meta, "address": address})
+
+    def _issued_here(self, token: str) -> bool:
+        """Does the token look like one of this server's (a user's MCP token)? Such a token,
+        unknown or revoked, is refused even on an open endpoint rather than taken as anonymous."""
+        return bool(self.user_token_prefix) and token.startswith(self.user_token_prefix)
+
+    async def _metadata(self, scope: Scope, send: Send) -> None:
+        """The protected resource metadata (RFC 9728): public, readable from any page."""
+        document = None
+        if self.resource_server is not None and scope.get("method") in ("GET", "HEAD"):
+            document = self.resource_server.document(scope)
+        if document is None:
+            await _refuse(send, 404, {"error": "not_found", "detail": "No such document."})
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"access-control-allow-origin", b"*"),
+            (b"cache-control", b"public, max-age=3600"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": document})
+
+    async def _open_session(self, scope: Scope, receive: Receive, send: Send, quota: str) -> None:
+        """A request that opens a legacy session: the session, if one opened, is ``quota``'s."""
+        opened: list[str] = []
+
+        async def watch(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                headers = dict(message.get("headers") or ())
+                opened.extend(
+                    [headers[b"mcp-session-id"].decode()] if b"mcp-session-id" in headers else []
+                )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self.sessions.opened(quota, opened[0] if opened else None)
 
     def _foreign_origin(self, scope: Scope) -> str | None:
         """The Origin of a browser page that may not call us; None if allowed or absent
@@ -201,6 +333,9 @@ class McpEndpoint:
         return ", ".join(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") in METADATA_PATHS:
+            await self._metadata(scope, send)
+            return
         if scope["type"] == "http":
             foreign = self._foreign_origin(scope)
             if foreign is not None:
@@ -210,14 +345,12 @@ class McpEndpoint:
                 )
                 await _refuse(send, 403, {"error": "forbidden_origin", "detail": detail})
                 return
-            if self._token_digest is None and not self.public:
-                await _refuse(send, 403, {"error": "forbidden", "detail": _CLOSED})
+            try:
+                caller = await self.identify(scope)
+            except Refusal as refusal:
+                await _refuse_with(send, refusal)
                 return
-            if not self._authorised(scope):
-                detail = "Send Authorization: Bearer <token>."
-                body = {"error": "unauthorized", "detail": detail}
-                await _refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
-                return
+            enter(scope, caller)
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
@@ -226,6 +359,13 @@ class McpEndpoint:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
             return
+        quota = scope[SCOPE_KEY].quota if opens_session(scope) else None
+        if quota is not None:
+            try:
+                self.sessions.admit(quota)
+            except Refusal as refusal:
+                await _refuse_with(send, refusal)
+                return
         self._posts += 1
         self._idle.clear()
         started = False
@@ -236,7 +376,10 @@ class McpEndpoint:
             await send(message)
 
         try:
-            await self.app(scope, receive, watched)
+            if quota is None:
+                await self.app(scope, receive, watched)
+            else:
+                await self._open_session(scope, receive, watched, quota)
         except anyio.ClosedResourceError:
             # The SDK's race (mcp 2.3.0): a message POSTed while its session is being ended
             # (a client cancelling a call, then DELETE at once) meets closed streams after its
@@ -256,7 +399,7 @@ class McpEndpoint:
         headers = dict(scope.get("headers") or [])
         last = headers.get(b"last-event-id", b"").decode("latin-1")
         session = headers.get(b"mcp-session-id", b"").decode("latin-1")
-        if scope.get("method") != "GET" or not last or not session or self.sessions.holds(session):
+        if scope.get("method") != "GET" or not last or not session or self.manager.holds(session):
             return False
         refused = await self._security.validate_request(Request(scope, receive))
         if refused is not None:

@@ -7,9 +7,12 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
+from chatbridge.chat.mcp_tokens import PREFIX, find_token
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry, get_ui_resources
@@ -18,13 +21,21 @@ from chatbridge.chat.workers import route_task
 from chatbridge.conf import setting
 from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.callers import Caller
 from chatbridge.mcp.events import EventLog, MemoryEventLog, RedisEventLog
+from chatbridge.mcp.resource import ResourceServer
 from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.tasks import TRANSPORT
 
-__all__ = ["DjangoCallStore", "DjangoTaskCluster", "build_mcp_endpoint", "state_key"]
+__all__ = [
+    "DjangoCallStore",
+    "DjangoTaskCluster",
+    "build_mcp_endpoint",
+    "check_user_token",
+    "state_key",
+]
 
 
 def state_key(secret: str) -> bytes:
@@ -119,6 +130,14 @@ class DjangoTaskCluster:
         return await sync_to_async(_end_task)(call_id, worker, reason, by)
 
 
+async def check_user_token(secret: str) -> Caller | None:
+    """A user's MCP token (``McpToken``, created in the admin): its caller, or None."""
+    owner = await sync_to_async(find_token)(secret)
+    if owner is None:
+        return None
+    return Caller(owner.identity, owner.identity, owner.meta())
+
+
 def django_allowed_hosts() -> list[str]:
     """The hosts Django serves: ``ALLOWED_HOSTS``, or in debug with none set the local names
     Django itself then allows (``HttpRequest.get_host``)."""
@@ -137,6 +156,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
             state_keys=[state_key(s) for s in secrets],
             state_ttl=setting("CHATBRIDGE_MCP_STATE_TTL"),
             request_timeout=setting("CHATBRIDGE_MCP_REQUEST_TIMEOUT"),
+            max_calls_per_caller=setting("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER"),
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
         store=DjangoCallStore(),
@@ -156,4 +176,31 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         public=setting("CHATBRIDGE_MCP_PUBLIC"),
         events=events,
         retry_ms=setting("CHATBRIDGE_MCP_SSE_RETRY_MS"),
+        check_token=check_user_token,
+        sessions_per_caller=setting("CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER"),
+        session_idle=setting("CHATBRIDGE_MCP_SESSION_IDLE"),
+        resource_server=_resource_server(),
+        user_token_prefix=PREFIX,
+    )
+
+
+def _resource_server() -> ResourceServer | None:
+    """``/mcp`` as an OAuth protected resource, when authorization servers are configured."""
+    servers = list(setting("CHATBRIDGE_MCP_AUTHORIZATION_SERVERS"))
+    dotted = setting("CHATBRIDGE_MCP_TOKEN_VERIFIER")
+    if not servers:
+        if dotted:
+            raise ImproperlyConfigured(
+                "CHATBRIDGE_MCP_TOKEN_VERIFIER checks tokens of an authorization server: name "
+                "it in CHATBRIDGE_MCP_AUTHORIZATION_SERVERS too (its issuer URL)."
+            )
+        return None
+    verifier = import_string(dotted) if dotted else None
+    if isinstance(verifier, type):
+        verifier = verifier()
+    return ResourceServer(
+        servers,
+        django_allowed_hosts(),
+        public_url=setting("CHATBRIDGE_PUBLIC_URL"),
+        verifier=verifier,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import uuid
 import warnings
@@ -33,6 +32,8 @@ from chatbridge.core.plugins import PluginRegistry
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
+from chatbridge.mcp.callers import call_meta, identity_of, quota_of
+from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
 from chatbridge.mcp.flat import flat_schema
@@ -92,18 +93,13 @@ class McpSettings:
     heartbeat: float = 5.0  # seconds between pings of a client that is being asked
     url_wait: float = 20.0  # a 2026-07-28 retry waits this long for a URL question's page
     name: str = "chatbridge"
+    max_calls_per_caller: int | None = None  # tool calls live at once per caller (caps.py)
 
 
 def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
     return str(headers.get(name, "")) if headers is not None else ""
-
-
-def _caller(ctx: ServerRequestContext[Any, Any]) -> str:
-    """Who is calling: a digest of the Authorization header (empty without one)."""
-    auth = _header(ctx, "authorization")
-    return hashlib.sha256(auth.encode()).hexdigest()[:32] if auth else ""
 
 
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -160,6 +156,7 @@ class McpBridge:
             manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
         )
         self._aborts: set[asyncio.Task[None]] = set()
+        self.caps = CallCaps(settings.max_calls_per_caller)
         self.server: Server[Any] = Server(
             settings.name,
             version="1.0",
@@ -183,9 +180,10 @@ class McpBridge:
             self.rounds,
             settings.state_keys,
             settings.state_ttl,
-            caller=_caller,
+            caller=identity_of,
             client=self._client,
             cluster=cluster,
+            admit=lambda ctx: self.caps.admit(quota_of(ctx)),
         )
         install(self.server, self.tasks, self._call_tool)
         if self.ui_uris:  # MCP Apps (mcp/apps.py): what clients that negotiate it see
@@ -281,42 +279,49 @@ class McpBridge:
         arguments = dict(params.arguments or {})
         can_elicit = _can_elicit(ctx)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        retry = can_elicit and modern and params.request_state is not None
+        # A new call takes a place under its caller's cap until it ends; a retry has one.
+        ticket = None if retry else self.caps.admit(quota_of(ctx))
+        call_id = f"mcp_{uuid.uuid4().hex}"
         try:
             if can_elicit and modern:
-                return await self._round(ctx, tool, arguments, params)
+                return await self._round(ctx, tool, arguments, params, call_id)
             asks = bool(tool.elicits) or tool.needs_approval
             if not can_elicit and asks and not hears(ctx, "notice"):
                 return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
-            return await self._run(ctx, tool, arguments, push=can_elicit)
+            return await self._run(ctx, tool, arguments, call_id, push=can_elicit)
         except MCPError:
             raise
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("MCP call of %s failed", tool.name)
             return error_of(public_error(exc))
+        finally:
+            if ticket is not None:
+                ticket.follow(self.manager.get(call_id))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        return _mcp_session(ctx) or _caller(ctx)
+        return _mcp_session(ctx) or identity_of(ctx)
 
     async def _run(
         self,
         ctx: ServerRequestContext[Any, Any],
         tool: McpTool[Any, Any],
         arguments: dict[str, Any],
+        call_id: str,
         *,
         push: bool,
     ) -> types.CallToolResult:
         """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
         meta = {
+            **call_meta(ctx),
             "transport": "mcp-push" if push else "mcp-respond",
             "client": self._client(ctx),
             "origin": request_origin(ctx),
-            "caller": _caller(ctx),
+            "caller": identity_of(ctx),
             "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
         }
-        session = await self.manager.create(
-            tool, arguments, call_id=f"mcp_{uuid.uuid4().hex}", meta=meta
-        )
+        session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
         channel = Channel(ctx)
         ask: Ask
         if push:
@@ -335,7 +340,7 @@ class McpBridge:
                 self.settings.request_timeout,
                 session,
                 _mcp_session(ctx),
-                _caller(ctx),
+                identity_of(ctx),
             )
         completed = ask.completed if isinstance(ask, PushCarrier) else None
         try:
@@ -389,12 +394,17 @@ class McpBridge:
         tool: McpTool[Any, Any],
         arguments: dict[str, Any],
         params: types.CallToolRequestParams,
+        call_id: str,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        caller = _caller(ctx)
-        meta = {"transport": "mcp-mrtr", "client": self._client(ctx), "origin": request_origin(ctx)}
+        caller = identity_of(ctx)
+        meta = {
+            **call_meta(ctx),
+            "transport": "mcp-mrtr",
+            "client": self._client(ctx),
+            "origin": request_origin(ctx),
+        }
         channel = Channel(ctx)
         if params.request_state is None:
-            call_id = f"mcp_{uuid.uuid4().hex}"
             return await self.rounds.start(tool, arguments, call_id, caller, channel, meta)
         try:
             state = RoundState.parse(params.request_state)
@@ -413,7 +423,7 @@ class McpBridge:
         """``_ui_question``/``_ui_answer`` of a guest UI shown by an MCP Apps host."""
         apps.require_apps(ctx, name)
         sessions = [self.manager.get(info.id) for info in self.manager.list_active()]
-        client, caller = self._client(ctx), _caller(ctx)
+        client, caller = self._client(ctx), identity_of(ctx)
         if name == apps.QUESTION_TOOL:
             return apps.question(sessions, client, caller, arguments, self.flat)
         return await apps.answer(sessions, client, caller, arguments)
@@ -426,7 +436,7 @@ class McpBridge:
             raise MCPError(types.INVALID_PARAMS, "_respond needs a string request_id.")
         try:
             note = await self.pending.respond(
-                request_id, arguments.get("payload"), _mcp_session(ctx), _caller(ctx)
+                request_id, arguments.get("payload"), _mcp_session(ctx), identity_of(ctx)
             )
         except KeyError:
             raise MCPError(

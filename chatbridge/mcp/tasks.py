@@ -59,6 +59,8 @@ from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
+from chatbridge.mcp.callers import call_meta
+from chatbridge.mcp.caps import Ticket
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
@@ -122,10 +124,13 @@ class Tasks(Extension):
         cluster: TaskCluster | None = None,
         settle: float = 3.0,
         poll_interval: float = 1.0,
+        admit: Callable[[ServerRequestContext[Any, Any]], Ticket] | None = None,
     ) -> None:
         """``settle``: how long a call or an update waits for the next question or the end
-        before answering (the spec allows either; waiting saves the client a poll)."""
+        before answering (the spec allows either; waiting saves the client a poll).
+        ``admit``: a new task's place under its caller's cap (``MCPError`` at the cap)."""
         self.manager, self.served, self.rounds = manager, tools, rounds
+        self._admit = admit
         self.ids, self.ttl, self.cluster = TaskIds(keys), ttl, cluster
         self._caller, self._client = caller, client
         self.settle, self.poll_ms = settle, int(poll_interval * 1000)
@@ -170,6 +175,7 @@ class Tasks(Extension):
             return await call_next(ctx)
         call_id = self.ids.new(self._caller(ctx))
         meta = {
+            **call_meta(ctx),
             "transport": TRANSPORT,
             "client": self._client(ctx),
             "origin": request_origin(ctx),  # links of its URL questions are absolute
@@ -177,6 +183,7 @@ class Tasks(Extension):
             # (the meta is on record) and asked for by a request declaring others.
             MODES_META: ",".join(sorted(modes_of(ctx))),
         }
+        ticket = self._admit(ctx) if self._admit is not None else None
         try:
             session = await self.manager.create(
                 tool, dict(params.arguments or {}), call_id=call_id, meta=meta
@@ -185,6 +192,9 @@ class Tasks(Extension):
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("MCP task of %s could not start", tool.name)
             return error_of(public_error(exc))
+        finally:
+            if ticket is not None:  # held until the task's call ends
+                ticket.follow(self.manager.get(call_id))
         self._created[call_id] = session.created_at
         self._follow(session)
         await self._settled(session)
