@@ -570,8 +570,12 @@ async def test_a_client_cancelling_and_ending_its_session_logs_no_error(site: Si
     ended = wait_until(
         lambda: [r for r in site.rows() if r[0] not in before and r[1] != "awaiting_elicit"]
     )
-    assert [r[1:] for r in ended] == [
-        ("aborted", "mcp-push", "the MCP client cancelled the call", "mcp-client")
-    ] * 5
+    # Each ends aborted, as cancelled when the cancellation arrived first, or as its client
+    # gone when the DELETE ended the session first: both true, neither an error.
+    outcomes = {
+        ("aborted", "mcp-push", "the MCP client cancelled the call", "mcp-client"),
+        ("aborted", "mcp-push", "the MCP client went away", ""),
+    }
+    assert len(ended) == 5 and {r[1:] for r in ended} <= outcomes, ended
     log = (site.database.parent / "daphne.log").read_text()
     assert "ERROR" not in log and "Traceback" not in log, log

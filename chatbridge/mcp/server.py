@@ -102,6 +102,15 @@ def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
     return str(headers.get(name, "")) if headers is not None else ""
 
 
+def _cancelled_by_client(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Was the request cancelled by the client's ``notifications/cancelled`` (rather than by
+    its session ending)? The SDK (2.3) keeps that on the request's dispatch context, which the
+    lowlevel context reaches only through its session."""
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    event = getattr(outbound, "cancel_requested", None)
+    return bool(event is not None and event.is_set())
+
+
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
     """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
     return _header(ctx, "mcp-session-id")
@@ -353,8 +362,9 @@ class McpBridge:
             logger.info("MCP call %s: the client went away (%s)", session.id, exc)
             await session.abort(CLIENT_GONE)
             event = await session.wait_finished()
-        except BaseException:  # the request was cancelled: the client gave up on the call
-            self._abort_later(session, CLIENT_CANCELLED, ctx)
+        except BaseException:  # the request was cancelled, or its session ended
+            reason = CLIENT_CANCELLED if _cancelled_by_client(ctx) else CLIENT_GONE
+            self._abort_later(session, reason, ctx)
             raise
         return terminal_result(session, event)
 
@@ -368,7 +378,8 @@ class McpBridge:
             return
 
         async def abort() -> None:
-            if await session.abort(reason, by=CANCELLED_BY) in ("aborted", "ended"):
+            by = CANCELLED_BY if reason == CLIENT_CANCELLED else None
+            if await session.abort(reason, by=by) in ("aborted", "ended"):
                 return
             ended = await session.wait_finished()
             note = getattr(ended, "commitment", None)
