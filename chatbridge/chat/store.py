@@ -9,8 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from chatbridge.chat import lean_sql
@@ -18,15 +18,17 @@ from chatbridge.chat.models import (
     ACTIVE_STATUSES,
     Conversation,
     Message,
+    QueueEntry,
     ToolSession,
     WorkerHeartbeat,
     as_llm_message,
 )
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
+from chatbridge.conf import setting
 from chatbridge.core.conversation import ResumableCall
 from chatbridge.core.protocol import Phase
-from chatbridge.core.turns import QueuedMessage
+from chatbridge.core.turns import QueuedMessage, queue_full
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -205,26 +207,61 @@ def worker_alive(worker: str) -> bool:
 
 
 def _queued(conversation_id: str) -> list[QueuedMessage]:
-    row = Conversation.objects.filter(pk=conversation_id).values_list("queue", flat=True).first()
-    return [QueuedMessage.from_json(m) for m in row or ()]
+    columns = ("message_id", "text", "client_id")
+    return [
+        QueuedMessage(message_id, text, client_id or None)
+        for message_id, text, client_id in lean_sql.rows(
+            QueueEntry, columns, "id", conversation_id=conversation_id
+        )
+    ]
+
+
+def _at_least(rows: QuerySet[QueueEntry], limit: int) -> bool:
+    """Whether ``rows`` holds ``limit`` rows or more, reading at most ``limit`` of them."""
+    return limit <= 0 or rows[limit - 1 : limit].exists()
+
+
+# PostgreSQL: an enqueue holds this advisory lock (with the owner's hash) to its commit, so
+# the workers' counts of one visitor's queue cannot race past the cap.
+_QUEUE_LOCK = 4251
 
 
 def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
+    """One INSERT, after two counts that read at most a cap's worth of index entries."""
+    per_chat = setting("CHATBRIDGE_QUEUE_PER_CONVERSATION")
+    per_visitor = setting("CHATBRIDGE_QUEUE_PER_VISITOR")
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
-        conversation.queue = [*(conversation.queue or ()), message.to_json()]
-        conversation.save(update_fields=["queue"])
+        found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
+        if found is None:
+            raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+        owner = found[0]
+        if connection.vendor == "postgresql" and (per_chat, per_visitor) != (None, None):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_QUEUE_LOCK, owner]
+                )
+        here = QueueEntry.objects.filter(conversation_id=conversation_id)
+        if per_chat is not None and _at_least(here, per_chat):
+            raise queue_full(per_chat)
+        if per_visitor is not None and _at_least(
+            QueueEntry.objects.filter(owner=owner), per_visitor
+        ):
+            raise queue_full(per_visitor, visitor=True)
+        lean_sql.insert(
+            QueueEntry,
+            {
+                "conversation_id": conversation_id,
+                "owner": owner,
+                "message_id": message.id,
+                "text": message.text,
+                "client_id": message.client_id or "",
+                "created_at": timezone.now(),
+            },
+        )
 
 
 def _dequeue(conversation_id: str, message_id: str) -> None:
-    with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id).first()
-        if conversation is None or not conversation.queue:
-            return
-        kept = [m for m in conversation.queue if m.get("id") != message_id]
-        if len(kept) != len(conversation.queue):
-            conversation.queue = kept
-            conversation.save(update_fields=["queue"])
+    QueueEntry.objects.filter(conversation_id=conversation_id, message_id=message_id).delete()
 
 
 class DjangoStore:
