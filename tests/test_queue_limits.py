@@ -147,3 +147,17 @@ def test_the_migration_moves_queued_messages_out_of_the_json_column() -> None:
         ("m2", "second", "", "session:old"),
     ]
     assert "queue" not in {f.name for f in Conversation._meta.get_fields()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_shows_a_chats_queued_messages() -> None:
+    from django.contrib.auth.models import User
+
+    conversation = Conversation.objects.create(owner="session:adm", title="Queued chat")
+    chat_store._enqueue(str(conversation.id), QueuedMessage("q1", "waiting <i>here</i>", "c1"))
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("ops", password="pw-123456"))
+    page = staff.get(f"/admin/chatbridge_chat/conversation/{conversation.id}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Queued messages" in html and "waiting &lt;i&gt;here&lt;/i&gt;" in html
