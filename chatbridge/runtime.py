@@ -100,6 +100,7 @@ class ChatBridgeRuntime:
             store=store,
             leases=store,  # one running turn per conversation across workers
             queue=store,  # messages sent while a turn runs wait on record
+            limits=store,  # caps per visitor, counted across workers
             sink=publish,
             render_form=render_form,
             model=setting("CHATBRIDGE_MODEL"),

@@ -26,8 +26,11 @@ class Conversation(models.Model):
 
     class Meta:
         ordering = ["-updated_at"]
-        # How many chats a visitor started lately (a cap) is read from this index.
-        indexes = [models.Index(fields=["owner", "created_at"], name="conversation_owner_age")]
+        # Caps per visitor count on these: chats started lately, and chats running a turn.
+        indexes = [
+            models.Index(fields=["owner", "created_at"], name="conversation_owner_age"),
+            models.Index(fields=["owner", "turn_expires"], name="conversation_owner_turn"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.title} ({self.id})"

@@ -26,7 +26,7 @@ from chatbridge.chat.models import (
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.conf import setting
-from chatbridge.core.conversation import ResumableCall
+from chatbridge.core.conversation import ResumableCall, too_many_running
 from chatbridge.core.protocol import Phase
 from chatbridge.core.turns import QueuedMessage, queue_full
 
@@ -147,6 +147,39 @@ def _take_turn(conversation_id: str, replacing: str) -> bool:
     return taken == 1
 
 
+# PostgreSQL: a capped turn start holds this advisory lock (with the owner's hash) to its
+# commit, so workers starting a visitor's turns at once count them one after the other.
+_TURN_LOCK = 4252
+
+
+def _take_new_turn(conversation_id: str, replacing: str) -> bool:
+    cap = setting("CHATBRIDGE_RUNNING_TURNS_PER_VISITOR")
+    if cap is None:
+        return _take_turn(conversation_id, replacing)
+    with transaction.atomic():
+        found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
+        if found is None:
+            return False
+        _lock_owner(_TURN_LOCK, found[0])
+        busy = (
+            Conversation.objects.filter(owner=found[0], turn_expires__gte=timezone.now())
+            .exclude(turn_worker="")
+            .exclude(pk=conversation_id)
+        )
+        if _at_least(busy, cap):
+            raise too_many_running(cap)
+        return _take_turn(conversation_id, replacing)
+
+
+def _lock_owner(kind: int, owner: str) -> None:
+    """On PostgreSQL, take the transaction's advisory lock ``kind`` for ``owner``: counts
+    and the write they allow happen one worker at a time. Elsewhere nothing (SQLite has one
+    writer at a time)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [kind, owner])
+
+
 def _renew_turn(conversation_id: str) -> bool:
     expires = timezone.now() + timedelta(seconds=LEASE_SECONDS)
     renewed = Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
@@ -216,7 +249,7 @@ def _queued(conversation_id: str) -> list[QueuedMessage]:
     ]
 
 
-def _at_least(rows: QuerySet[QueueEntry], limit: int) -> bool:
+def _at_least(rows: QuerySet[Any], limit: int) -> bool:
     """Whether ``rows`` holds ``limit`` rows or more, reading at most ``limit`` of them."""
     return limit <= 0 or rows[limit - 1 : limit].exists()
 
@@ -235,11 +268,8 @@ def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
         if found is None:
             raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
         owner = found[0]
-        if connection.vendor == "postgresql" and (per_chat, per_visitor) != (None, None):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_QUEUE_LOCK, owner]
-                )
+        if (per_chat, per_visitor) != (None, None):
+            _lock_owner(_QUEUE_LOCK, owner)
         here = QueueEntry.objects.filter(conversation_id=conversation_id)
         if per_chat is not None and _at_least(here, per_chat):
             raise queue_full(per_chat)
@@ -298,6 +328,11 @@ class DjangoStore:
 
     async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
         return await sync_to_async(_take_turn)(conversation_id, replacing)
+
+    # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
+
+    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return await sync_to_async(_take_new_turn)(conversation_id, replacing)
 
     async def renew_turn(self, conversation_id: str) -> bool:
         return await sync_to_async(_renew_turn)(conversation_id)

@@ -72,6 +72,10 @@ class Migration(migrations.Migration):
             index=models.Index(fields=['owner', 'created_at'], name='conversation_owner_age'),
         ),
         migrations.AddIndex(
+            model_name='conversation',
+            index=models.Index(fields=['owner', 'turn_expires'], name='conversation_owner_turn'),
+        ),
+        migrations.AddIndex(
             model_name='toolsession',
             index=models.Index(fields=['ended_at'], name='toolsession_ended'),
         ),
