@@ -74,6 +74,7 @@ class ChatBridgeRuntime:
         from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
+        from chatbridge.chat.retention import Retention
         from chatbridge.chat.store import DjangoStore
         from chatbridge.chat.workers import ChannelPeers
         from chatbridge.chat.writer import Writer
@@ -107,6 +108,7 @@ class ChatBridgeRuntime:
             peers=ChannelPeers(),
         )
         self.mcp = build_mcp_endpoint(self.manager)
+        self.retention = Retention()  # ended calls past CHATBRIDGE_RETENTION_DAYS, hourly
         self.state = "new"  # → running → closing → closed
 
     @classmethod
@@ -132,6 +134,7 @@ class ChatBridgeRuntime:
         await self.mcp.start()
         if self.listen:
             ensure_listener()
+        self.retention.start()
         self.state = "running"
         _current = self
         self.mcp.log_policy()
@@ -148,6 +151,7 @@ class ChatBridgeRuntime:
             if started:
                 from chatbridge.chat.workers import stop_listener
 
+                await self.retention.aclose()
                 await self.hub.close()  # turns stop; nothing is recorded as ended
                 await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)
