@@ -32,8 +32,9 @@ BOOK = "Book a flight from JFK to LAX"
 PER_CONVERSATION, PER_VISITOR = 20, 50
 CONVERSATIONS, SOCKETS_EACH = 3, 2  # the flooder's chats, each with a booking waiting
 BURST, RATE = 30, 10.0  # the default per-socket limits: every message sent is let through
-STEPS = 15
-FLOOD_SECONDS = 6.0  # the flooded steps go on at least this long into the flood
+STEPS = 15  # booking steps measured in each phase, at least
+QUIET_SECONDS = 3.0  # each phase takes steps for at least this long: before and after the
+FLOOD_SECONDS = 5.0  # flood, and during it (similar samples of a machine's changing load)
 SLOWDOWN = 3.0  # a booking step under the flood takes at most this many times its quiet p50
 
 
@@ -91,6 +92,15 @@ async def booking_step(victim: ChatClient) -> float:
     return took
 
 
+async def steps(victim: ChatClient, seconds: float) -> list[float]:
+    """Booking steps, one after the other, for ``seconds`` and ``STEPS`` steps at least."""
+    took: list[float] = []
+    started = time.perf_counter()
+    while len(took) < STEPS or time.perf_counter() - started < seconds:
+        took.append(await booking_step(victim))
+    return took
+
+
 async def until(condition: Any, timeout: float = 30) -> None:
     async def wait() -> None:
         while not await condition():
@@ -124,7 +134,7 @@ async def test_a_flooding_visitor_is_refused_and_does_not_slow_anyone_else() -> 
                 flooders.append(Flooder(more))
         readers = [asyncio.create_task(f.read()) for f in flooders]
 
-        quiet = [await booking_step(victim) for _ in range(STEPS)]
+        quiet = await steps(victim, QUIET_SECONDS)
 
         stop = asyncio.Event()
         started_cpu, started = time.process_time(), time.perf_counter()
@@ -142,9 +152,7 @@ async def test_a_flooding_visitor_is_refused_and_does_not_slow_anyone_else() -> 
 
         await until(sixty_more)
         per_refusal = (time.process_time() - cpu_before) / (refusals(flooders) - refused_before)
-        flooded: list[float] = []
-        while len(flooded) < STEPS or time.perf_counter() - started < FLOOD_SECONDS:
-            flooded.append(await booking_step(victim))
+        flooded = await steps(victim, FLOOD_SECONDS)
         key = await new_browser_session()  # a new visitor's socket connects during the flood
         newcomer = ChatClient(await new_conversation(key), key)
         await newcomer.connect()
@@ -159,6 +167,9 @@ async def test_a_flooding_visitor_is_refused_and_does_not_slow_anyone_else() -> 
             return all(f.answered == len(f.sent) for f in flooders)
 
         await until(all_answered)
+        # Quiet steps before and after the flood: a drift of the machine's load between the
+        # phases does not pass for the flood's effect.
+        quiet += await steps(victim, QUIET_SECONDS)
         sent = sum(len(f.sent) for f in flooders)
         refused = sum(f.refusals.get("QUEUE_FULL", 0) for f in flooders)
         quiet_p50, flooded_p50 = statistics.median(quiet), statistics.median(flooded)

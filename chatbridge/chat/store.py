@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ from chatbridge.chat.models import (
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import write_later, write_now
 from chatbridge.conf import setting
-from chatbridge.core.conversation import ResumableCall, too_many_running
+from chatbridge.core.conversation import CommandRefused, ResumableCall, too_many_running
 from chatbridge.core.protocol import Phase
 from chatbridge.core.turns import QueuedMessage, queue_full
 
@@ -259,24 +260,39 @@ def _at_least(rows: QuerySet[Any], limit: int) -> bool:
 _QUEUE_LOCK = 4251
 
 
-def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
-    """One INSERT, after two counts that read at most a cap's worth of index entries."""
+def _owner(conversation_id: str) -> str:
+    found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
+    if found is None:
+        raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+    return str(found[0])
+
+
+def _queue_refusal(conversation_id: str, owner: str) -> CommandRefused | None:
+    """Why a message may not join the conversation's queue now (None: it may). Two reads of
+    at most a cap's worth of index entries each."""
     per_chat = setting("CHATBRIDGE_QUEUE_PER_CONVERSATION")
     per_visitor = setting("CHATBRIDGE_QUEUE_PER_VISITOR")
+    here = QueueEntry.objects.filter(conversation_id=conversation_id)
+    if per_chat is not None and _at_least(here, per_chat):
+        return queue_full(per_chat)
+    if per_visitor is not None and _at_least(QueueEntry.objects.filter(owner=owner), per_visitor):
+        return queue_full(per_visitor, visitor=True)
+    return None
+
+
+def _queue_full(conversation_id: str) -> CommandRefused | None:
+    """The refusal, read without a transaction or the writer: a flood past the caps costs
+    reads, and the writes of everyone else do not wait behind it."""
+    return _queue_refusal(conversation_id, _owner(conversation_id))
+
+
+def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
+    """One INSERT, after the caps are counted again under the visitor's lock."""
     with transaction.atomic():
-        found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
-        if found is None:
-            raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
-        owner = found[0]
-        if (per_chat, per_visitor) != (None, None):
-            _lock_owner(_QUEUE_LOCK, owner)
-        here = QueueEntry.objects.filter(conversation_id=conversation_id)
-        if per_chat is not None and _at_least(here, per_chat):
-            raise queue_full(per_chat)
-        if per_visitor is not None and _at_least(
-            QueueEntry.objects.filter(owner=owner), per_visitor
-        ):
-            raise queue_full(per_visitor, visitor=True)
+        owner = _owner(conversation_id)
+        _lock_owner(_QUEUE_LOCK, owner)
+        if (refused := _queue_refusal(conversation_id, owner)) is not None:
+            raise refused
         lean_sql.insert(
             QueueEntry,
             {
@@ -294,8 +310,17 @@ def _dequeue(conversation_id: str, message_id: str) -> None:
     QueueEntry.objects.filter(conversation_id=conversation_id, message_id=message_id).delete()
 
 
+FULL_MEMO = 1.0  # seconds a full queue's refusal is repeated without asking the database
+
+
 class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
+
+    def __init__(self) -> None:
+        # Conversation id → (until when, refusal): a visitor flooding a full queue is refused
+        # from memory. A dequeue here forgets them all (the visitor's other chats may have
+        # room again); one on another worker shows within FULL_MEMO.
+        self._full: dict[str, tuple[float, CommandRefused]] = {}
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
         return await sync_to_async(_messages)(conversation_id)
@@ -319,9 +344,24 @@ class DjangoStore:
         return await sync_to_async(_queued)(conversation_id)
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
-        await write_now(_enqueue, conversation_id, message)
+        now = time.monotonic()
+        memo = self._full.get(conversation_id)
+        if memo is not None and memo[0] > now:
+            raise memo[1]
+        try:
+            refused = await sync_to_async(_queue_full)(conversation_id)
+            if refused is None:
+                await write_now(_enqueue, conversation_id, message)
+        except CommandRefused as lost_race:  # counted again under the lock: full after all
+            refused = lost_race
+        if refused is not None:
+            if len(self._full) > 1000:  # forget the expired ones
+                self._full = {k: v for k, v in self._full.items() if v[0] > now}
+            self._full[conversation_id] = (now + FULL_MEMO, refused)
+            raise refused
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        self._full.clear()
         await write_now(_dequeue, conversation_id, message_id)
 
     # -- TurnLeases: one running turn per conversation across workers ----------------------
