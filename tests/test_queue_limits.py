@@ -15,7 +15,7 @@ from chatbridge.chat import store as chat_store
 from chatbridge.chat.models import Conversation, QueueEntry
 from chatbridge.chat.store import DjangoStore
 from chatbridge.core.engine import CommandRefused
-from chatbridge.core.turns import LocalQueue, QueuedMessage
+from chatbridge.core.turns import LocalQueue, QueuedMessage, queue_full
 from tests.chat_client import ChatClient
 
 BOOK = "Book a flight from JFK to LAX"
@@ -71,6 +71,11 @@ async def test_the_queue_is_bounded_per_chat_and_per_visitor_with_a_clear_refusa
     await store.enqueue(c, QueuedMessage("c0", "c0"))
     assert [m.id for m in await store.queued(c)] == ["c0"]
     assert [m.id for m in await store.queued(a)] == ["a0", "a2"]
+
+
+def test_the_refusals_count_in_words() -> None:
+    assert str(queue_full(1)).startswith("1 message is already waiting in this chat")
+    assert str(queue_full(1, visitor=True)).startswith("You have 1 message waiting in your")
 
 
 async def test_the_in_memory_queue_is_bounded_per_chat_too() -> None:

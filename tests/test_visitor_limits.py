@@ -106,3 +106,17 @@ async def test_the_limits_have_sane_defaults() -> None:
         ]
     )()
     assert limits == [20, 50, 10, 100, 30]
+
+
+def test_the_limits_come_from_the_environment_none_turning_one_off() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chatbridge.environment import env_limit
+
+    assert env_limit({}, "CAP", 20) == 20
+    assert env_limit({"CAP": " 5 "}, "CAP", 20) == 5
+    assert env_limit({"CAP": "None"}, "CAP", 20) is None
+    with pytest.raises(ImproperlyConfigured, match="CAP='-1' must be 0 or more, or none"):
+        env_limit({"CAP": "-1"}, "CAP", 20)
+    with pytest.raises(ImproperlyConfigured, match="CAP='lots' is not a whole number"):
+        env_limit({"CAP": "lots"}, "CAP", 20)

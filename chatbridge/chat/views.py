@@ -31,6 +31,7 @@ from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.store import owner_key
 from chatbridge.conf import setting
+from chatbridge.core.conversation import counted
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
 from chatbridge.core.links import UrlQuestion
@@ -85,8 +86,8 @@ def _too_many_chats(request: HttpRequest, owner: str) -> HttpResponse | None:
     if oldest is None:
         return None
     message = (
-        f"You have started {cap} chats in the last hour, the most you may start in an hour. "
-        "Continue in one of your chats, or start a new one later."
+        f"You have started {counted(cap, 'chat')} in the last hour, the most you may start "
+        "in an hour. Continue in one of your chats, or start a new one later."
     )
     response = render(request, "chatbridge/too_many_chats.html", {"message": message}, status=429)
     response["Retry-After"] = str(max(1, int((oldest - since).total_seconds()) + 1))

@@ -35,6 +35,7 @@ __all__ = [
     "ResumableCall",
     "TurnLeases",
     "VisitorLimits",
+    "counted",
     "dangling_calls",
     "too_many_running",
 ]
@@ -93,12 +94,18 @@ class TurnLeases(Protocol):
         ...
 
 
+def counted(count: int, word: str) -> str:
+    """``1 chat``, ``3 chats``: a count in words people read."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def too_many_running(limit: int) -> CommandRefused:
     """The refusal of a new message while the visitor's other chats are busy up to the cap."""
     return CommandRefused(
         "TOO_MANY_RUNNING",
-        f"You have {limit} chats busy with a reply or a question waiting for your answer, the "
-        "most you may have at once. Answer or stop one of them first, then send this again.",
+        f"You have {counted(limit, 'chat')} busy with a reply or a question waiting for your "
+        "answer, the most you may have at once. Answer or stop one of them first, then send "
+        "this again.",
     )
 
 

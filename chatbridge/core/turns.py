@@ -20,6 +20,7 @@ from chatbridge.core.conversation import (
     CommandRefused,
     LiveConversation,
     ResumableCall,
+    counted,
     dangling_calls,
 )
 from chatbridge.core.exceptions import ClaimLost
@@ -76,13 +77,14 @@ def queue_full(limit: int, *, visitor: bool = False) -> CommandRefused:
     The composer keeps the text (as with every refusal)."""
     if visitor:
         text = (
-            f"You have {limit} messages waiting in your chats, the most we keep for you. Wait "
-            "for the current replies to end, then send this again."
+            f"You have {counted(limit, 'message')} waiting in your chats, the most we keep for "
+            "you. Wait for the current replies to end, then send this again."
         )
     else:
+        waiting = "is" if limit == 1 else "are"
         text = (
-            f"{limit} messages are already waiting in this chat, the most it keeps. Wait for "
-            "the current reply to end, then send this again."
+            f"{counted(limit, 'message')} {waiting} already waiting in this chat, the most it "
+            "keeps. Wait for the current reply to end, then send this again."
         )
     return CommandRefused("QUEUE_FULL", text)
 
