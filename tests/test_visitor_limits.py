@@ -12,6 +12,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from chatbridge.chat.models import Conversation, Message
+from chatbridge.core.conversation import CommandRefused
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
@@ -120,3 +121,19 @@ def test_the_limits_come_from_the_environment_none_turning_one_off() -> None:
         env_limit({"CAP": "-1"}, "CAP", 20)
     with pytest.raises(ImproperlyConfigured, match="CAP='lots' is not a whole number"):
         env_limit({"CAP": "lots"}, "CAP", 20)
+
+
+@override_settings(CHATBRIDGE_RUNNING_TURNS_PER_VISITOR=1)
+def test_a_chat_busy_on_another_worker_is_busy_not_over_the_cap() -> None:
+    """Its message may then be queued ("Send anyway"): the cap is about starting turns."""
+    from chatbridge.chat import store
+
+    until = timezone.now() + timedelta(seconds=30)
+    busy, elsewhere, idle = (Conversation.objects.create(owner="session:w") for _ in range(3))
+    Conversation.objects.filter(pk=busy.pk).update(turn_worker="w1:1", turn_expires=until)
+    Conversation.objects.filter(pk=elsewhere.pk).update(turn_worker="w2:2", turn_expires=until)
+    assert store._take_new_turn(str(elsewhere.pk), "") is False  # BUSY: may be queued
+    with pytest.raises(CommandRefused) as refused:
+        store._take_new_turn(str(idle.pk), "")
+    assert refused.value.code == "TOO_MANY_RUNNING"
+    assert Conversation.objects.get(pk=idle.pk).turn_worker == ""  # nothing taken

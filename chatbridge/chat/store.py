@@ -162,6 +162,10 @@ def _take_new_turn(conversation_id: str, replacing: str) -> bool:
         if found is None:
             return False
         _lock_owner(_TURN_LOCK, found[0])
+        # The lease first: a chat whose turn runs elsewhere is BUSY (its message may be
+        # queued), not over the cap. Over the cap, the refusal rolls the lease back.
+        if not _take_turn(conversation_id, replacing):
+            return False
         busy = (
             Conversation.objects.filter(owner=found[0], turn_expires__gte=timezone.now())
             .exclude(turn_worker="")
@@ -169,7 +173,7 @@ def _take_new_turn(conversation_id: str, replacing: str) -> bool:
         )
         if _at_least(busy, cap):
             raise too_many_running(cap)
-        return _take_turn(conversation_id, replacing)
+        return True
 
 
 def _lock_owner(kind: int, owner: str) -> None:
