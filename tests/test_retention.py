@@ -109,6 +109,14 @@ def run(*args: str) -> str:
 
 def test_purge_deletes_ended_calls_past_retention_and_never_a_live_one() -> None:
     chat = seed()
+    orphan = {"call_id": "pruned_long_ago", "tool_name": "book_flight", "key": "payment"}
+    ElicitLink.objects.create(  # its call was deleted by `prune`, which left the link
+        elicit_id="book_flight:payment:pruned_long_ago:1",
+        token_hash="p" * 64,
+        nonce="n",
+        expires_at=timezone.now() - timedelta(days=31),
+        **orphan,
+    )
     assert run("purge", "--dry-run") == (
         "3 ended call(s) ended before the retention of 30 day(s); nothing deleted (--dry-run).\n"
     )

@@ -23,7 +23,17 @@ from django.utils import timezone
 from chatbridge.chat.models import ACTIVE_STATUSES, ElicitLink, JournalRecord, ToolSession
 from chatbridge.conf import setting
 
-__all__ = ["BATCH", "DELAY", "EVERY", "Retention", "cutoff", "expired", "purge", "purge_batch"]
+__all__ = [
+    "BATCH",
+    "DELAY",
+    "EVERY",
+    "Retention",
+    "cutoff",
+    "expired",
+    "purge",
+    "purge_batch",
+    "purge_links",
+]
 
 logger = logging.getLogger("chatbridge.retention")
 
@@ -60,14 +70,27 @@ def purge_batch(before: datetime, batch: int = BATCH) -> int:
     return len(ids)
 
 
+def purge_links(before: datetime, batch: int = BATCH) -> int:
+    """Delete up to ``batch`` links that expired before ``before`` and belong to no live call
+    (left by calls deleted otherwise, e.g. ``prune``); how many went."""
+    live = ToolSession.objects.filter(status__in=ACTIVE_STATUSES).values("id")
+    old = ElicitLink.objects.filter(expires_at__lt=before).exclude(call_id__in=live)
+    ids = list(old.order_by().values_list("id", flat=True)[:batch])
+    ElicitLink.objects.filter(pk__in=ids).delete()
+    return len(ids)
+
+
 def purge(days: float | None = None, *, batch: int = BATCH) -> int:
-    """Delete every call past retention (``days``, default the setting), batch by batch."""
+    """Delete every call past retention (``days``, default the setting), batch by batch;
+    how many calls went (expired links of calls gone already go too)."""
     before = cutoff(days)
     if before is None:
         return 0
     total = 0
     while deleted := purge_batch(before, batch):
         total += deleted
+    while purge_links(before, batch):
+        pass
     return total
 
 
@@ -116,6 +139,8 @@ class Retention:
         deleted = 0
         while batch := await sync_to_async(purge_batch)(before):
             deleted += batch
+        while await sync_to_async(purge_links)(before):
+            pass
         self.deleted += deleted
         if deleted:
             logger.info("deleted %d ended call(s) past retention", deleted)
