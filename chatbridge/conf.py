@@ -27,6 +27,18 @@ DEFAULTS: dict[str, Any] = {
     # WebSocket commands a socket may send: a steady rate per second and a burst.
     "CHATBRIDGE_WS_RATE": 10.0,
     "CHATBRIDGE_WS_BURST": 30.0,
+    # Limits per visitor (a browser session or a user; None: no limit). "Send anyway"
+    # messages waiting in one chat and in all of a visitor's chats; chats busy at once with a
+    # turn (a reply being written, a tool waiting for an answer: each waiting call holds
+    # about 65 KiB); chats a visitor may start in an hour.
+    "CHATBRIDGE_QUEUE_PER_CONVERSATION": 20,
+    "CHATBRIDGE_QUEUE_PER_VISITOR": 50,
+    "CHATBRIDGE_RUNNING_TURNS_PER_VISITOR": 10,
+    "CHATBRIDGE_CONVERSATIONS_PER_HOUR": 100,
+    # Ended tool calls (their journals, answers and log lines) are deleted after this many
+    # days, by `manage.py chatbridge_sessions purge` and by each process once an hour
+    # (None: kept for ever).
+    "CHATBRIDGE_RETENTION_DAYS": 30,
     # /mcp: a bearer token, or open without one (None: open only with DEBUG); how long
     # requestState stays valid; how long a request notification waits for _respond.
     "CHATBRIDGE_MCP_TOKEN": "",

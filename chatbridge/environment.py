@@ -55,6 +55,19 @@ def env_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
 
 
+def env_limit(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """A cap: a whole number, or ``none`` for no cap."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "none":
+        return None
+    value = env_int(env, name, 0)
+    if value < 0:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be 0 or more, or none for no limit.")
+    return value
+
+
 def env_list(env: Mapping[str, str], name: str, default: str = "") -> list[str]:
     """A comma-separated variable as a list, blanks dropped."""
     return [item.strip() for item in env.get(name, default).split(",") if item.strip()]

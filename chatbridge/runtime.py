@@ -75,6 +75,7 @@ class ChatBridgeRuntime:
         from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
+        from chatbridge.chat.retention import Retention
         from chatbridge.chat.store import DjangoStore
         from chatbridge.chat.workers import ChannelPeers
         from chatbridge.chat.writer import Writer
@@ -101,6 +102,7 @@ class ChatBridgeRuntime:
             store=store,
             leases=store,  # one running turn per conversation across workers
             queue=store,  # messages sent while a turn runs wait on record
+            limits=store,  # caps per visitor, counted across workers
             sink=publish,
             render_form=render_form,
             model=setting("CHATBRIDGE_MODEL"),
@@ -109,6 +111,7 @@ class ChatBridgeRuntime:
         self.mcp = build_mcp_endpoint(self.manager)
         sweep = setting("CHATBRIDGE_COMMITMENT_SWEEP")
         self.commitments = CommitmentSweeper(self, sweep if sweep and sweep > 0 else None)
+        self.retention = Retention()  # ended calls past CHATBRIDGE_RETENTION_DAYS, hourly
         self.state = "new"  # → running → closing → closed
 
     @classmethod
@@ -134,6 +137,7 @@ class ChatBridgeRuntime:
         await self.mcp.start()
         if self.listen:
             ensure_listener()
+        self.retention.start()
         self.state = "running"
         _current = self
         self.commitments.start()  # committed calls no live worker holds are finished here
@@ -152,6 +156,7 @@ class ChatBridgeRuntime:
                 from chatbridge.chat.workers import stop_listener
 
                 await self.commitments.aclose()
+                await self.retention.aclose()
                 await self.hub.close()  # turns stop; nothing is recorded as ended
                 await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)

@@ -20,6 +20,7 @@ from chatbridge.environment import (
     database_from_url,
     env_flag,
     env_int,
+    env_limit,
     env_list,
     load_or_create_secret,
     proxy_ssl_header,
@@ -190,6 +191,13 @@ CHATBRIDGE_PUBLIC_URL = os.environ.get("CHATBRIDGE_PUBLIC_URL", "").strip().rstr
 # WebSocket commands a socket may send: a steady rate per second and a burst.
 CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
 CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))
+
+# Caps per visitor, and the days ended tool calls are kept (README: Limits); "none": no cap.
+CHATBRIDGE_QUEUE_PER_CONVERSATION = env_limit(_env, "CHATBRIDGE_QUEUE_PER_CONVERSATION", 20)
+CHATBRIDGE_QUEUE_PER_VISITOR = env_limit(_env, "CHATBRIDGE_QUEUE_PER_VISITOR", 50)
+CHATBRIDGE_RUNNING_TURNS_PER_VISITOR = env_limit(_env, "CHATBRIDGE_RUNNING_TURNS_PER_VISITOR", 10)
+CHATBRIDGE_CONVERSATIONS_PER_HOUR = env_limit(_env, "CHATBRIDGE_CONVERSATIONS_PER_HOUR", 100)
+CHATBRIDGE_RETENTION_DAYS = env_limit(_env, "CHATBRIDGE_RETENTION_DAYS", 30)
 
 # MCP at /mcp runs tools with side effects, so who may call it is a decision: a bearer token,
 # or a deliberate CHATBRIDGE_MCP_PUBLIC=1 (open by default only in debug). Without either, /mcp

@@ -10,7 +10,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, Message, ToolSession, WorkerHeartbeat
+from chatbridge.chat.models import (
+    Conversation,
+    Message,
+    QueueEntry,
+    ToolSession,
+    WorkerHeartbeat,
+)
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.store import (
     DjangoStore,
@@ -90,9 +96,10 @@ async def test_messages_sent_while_a_turn_runs_wait_in_order_on_record() -> None
     await store.dequeue(chat, "unknown")  # nothing to take: nothing changes
     await store.dequeue(str(uuid.uuid4()), "q2")  # a conversation that is gone: nothing
     assert [m.text for m in await store.queued(chat)] == ["second"]
-    assert (await Conversation.objects.aget(pk=chat)).queue == [
-        {"id": "q2", "text": "second", "client_id": None}
-    ]
+    rows = QueueEntry.objects.filter(conversation_id=chat).values_list(
+        "message_id", "text", "client_id", "owner"
+    )
+    assert [r async for r in rows] == [("q2", "second", "", "session:store")]
 
 
 async def test_only_the_latest_phase_of_a_burst_is_written_to_the_chat_and_its_live_calls() -> None:

@@ -40,6 +40,7 @@ from chatbridge.chat.models import (
     ElicitLink,
     JournalRecord,
     Message,
+    QueueEntry,
     ToolSession,
 )
 from chatbridge.chat.operations import DEFAULT_ABORT_REASON, abort_tool_session
@@ -130,6 +131,14 @@ class MessageInline(ReadOnlyInline):
         return folded_json(message.tool_calls) if message.tool_calls else NOTHING
 
 
+class QueuedInline(ReadOnlyInline):
+    model = QueueEntry
+    verbose_name = "queued message"
+    verbose_name_plural = "Queued messages (each starts the next turn)"
+    fields = ("message_id", "text", "client_id", "created_at")
+    readonly_fields = fields
+
+
 class ConversationSessionInline(ReadOnlyInline):
     model = ToolSession
     verbose_name = "tool call"
@@ -153,7 +162,7 @@ class ConversationAdmin(ReadOnlyAdmin):
     search_fields = ("title", "owner", "id")
     fields = ("id", "owner", "title", "phase", "created", "updated")
     readonly_fields = fields
-    inlines = (ConversationSessionInline, MessageInline)
+    inlines = (ConversationSessionInline, MessageInline, QueuedInline)
 
     @admin.display(description="created", ordering="created_at")
     def created(self, conversation: Conversation) -> str:

@@ -22,16 +22,16 @@ class Conversation(models.Model):
         max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
     )
     turn_expires = models.DateTimeField(null=True, blank=True)
-    queue = models.JSONField(
-        default=list,
-        blank=True,
-        help_text="messages sent while a turn ran, in order: each starts the next turn",
-    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-updated_at"]
+        # Caps per visitor count on these: chats started lately, and chats running a turn.
+        indexes = [
+            models.Index(fields=["owner", "created_at"], name="conversation_owner_age"),
+            models.Index(fields=["owner", "turn_expires"], name="conversation_owner_turn"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.title} ({self.id})"
@@ -40,6 +40,30 @@ class Conversation(models.Model):
     def stopped_replies(self) -> set[str]:
         """Ids of the replies the user stopped (the page marks them)."""
         return set(self.messages.filter(stopped=True).values_list("id", flat=True))
+
+
+class QueueEntry(models.Model):
+    """A message sent while a turn ran ("Send anyway"), waiting to start the next turn.
+
+    One row per message, so queuing one is one INSERT whatever the queue holds; ``owner``
+    repeats the conversation's so the cap per visitor is counted on one index.
+    """
+
+    conversation = models.ForeignKey(Conversation, related_name="queued", on_delete=models.CASCADE)
+    owner = models.CharField(max_length=80, db_index=True, help_text="the conversation's owner")
+    message_id = models.CharField(
+        max_length=64, unique=True, help_text="the id the message gets in the conversation"
+    )
+    text = models.TextField()
+    client_id = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["conversation", "id"]
+        verbose_name_plural = "queue entries"
+
+    def __str__(self) -> str:
+        return f"queued {self.message_id}"
 
 
 class WorkerHeartbeat(models.Model):
@@ -199,6 +223,8 @@ class ToolSession(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # The retention policy deletes ended calls by age: found on this index, in batches.
+        indexes = [models.Index(fields=["ended_at"], name="toolsession_ended")]
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.id} ({self.status})"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F, Q
+from asgiref.sync import sync_to_async
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from chatbridge.chat import lean_sql
@@ -17,6 +19,7 @@ from chatbridge.chat.models import (
     ACTIVE_STATUSES,
     Conversation,
     Message,
+    QueueEntry,
     ToolSession,
     WorkerHeartbeat,
     as_llm_message,
@@ -24,10 +27,11 @@ from chatbridge.chat.models import (
 from chatbridge.chat.outage import db_call
 from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.writer import undo_on_retry, write_later, write_now
+from chatbridge.conf import setting
 from chatbridge.core.commitment import abort_requested
-from chatbridge.core.conversation import ResumableCall
+from chatbridge.core.conversation import CommandRefused, ResumableCall, too_many_running
 from chatbridge.core.protocol import Phase
-from chatbridge.core.turns import QueuedMessage
+from chatbridge.core.turns import QueuedMessage, queue_full
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -162,6 +166,43 @@ def _take_turn(conversation_id: str, replacing: str) -> bool:
     return taken == 1
 
 
+# PostgreSQL: a capped turn start holds this advisory lock (with the owner's hash) to its
+# commit, so workers starting a visitor's turns at once count them one after the other.
+_TURN_LOCK = 4252
+
+
+def _take_new_turn(conversation_id: str, replacing: str) -> bool:
+    cap = setting("CHATBRIDGE_RUNNING_TURNS_PER_VISITOR")
+    if cap is None:
+        return _take_turn(conversation_id, replacing)
+    with transaction.atomic():
+        found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
+        if found is None:
+            return False
+        _lock_owner(_TURN_LOCK, found[0])
+        # The lease first: a chat whose turn runs elsewhere is BUSY (its message may be
+        # queued), not over the cap. Over the cap, the refusal rolls the lease back.
+        if not _take_turn(conversation_id, replacing):
+            return False
+        busy = (
+            Conversation.objects.filter(owner=found[0], turn_expires__gte=timezone.now())
+            .exclude(turn_worker="")
+            .exclude(pk=conversation_id)
+        )
+        if _at_least(busy, cap):
+            raise too_many_running(cap)
+        return True
+
+
+def _lock_owner(kind: int, owner: str) -> None:
+    """On PostgreSQL, take the transaction's advisory lock ``kind`` for ``owner``: counts
+    and the write they allow happen one worker at a time. Elsewhere nothing (SQLite has one
+    writer at a time)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [kind, owner])
+
+
 def _renew_turn(conversation_id: str) -> bool:
     expires = timezone.now() + timedelta(seconds=LEASE_SECONDS)
     renewed = Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
@@ -222,33 +263,88 @@ def worker_alive(worker: str) -> bool:
 
 
 def _queued(conversation_id: str) -> list[QueuedMessage]:
-    row = Conversation.objects.filter(pk=conversation_id).values_list("queue", flat=True).first()
-    return [QueuedMessage.from_json(m) for m in row or ()]
+    columns = ("message_id", "text", "client_id")
+    return [
+        QueuedMessage(message_id, text, client_id or None)
+        for message_id, text, client_id in lean_sql.rows(
+            QueueEntry, columns, "id", conversation_id=conversation_id
+        )
+    ]
+
+
+def _at_least(rows: QuerySet[Any], limit: int) -> bool:
+    """Whether ``rows`` holds ``limit`` rows or more, reading at most ``limit`` of them."""
+    return limit <= 0 or rows[limit - 1 : limit].exists()
+
+
+# PostgreSQL: an enqueue holds this advisory lock (with the owner's hash) to its commit, so
+# the workers' counts of one visitor's queue cannot race past the cap.
+_QUEUE_LOCK = 4251
+
+
+def _owner(conversation_id: str) -> str:
+    found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
+    if found is None:
+        raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+    return str(found[0])
+
+
+def _queue_refusal(conversation_id: str, owner: str) -> CommandRefused | None:
+    """Why a message may not join the conversation's queue now (None: it may). Two reads of
+    at most a cap's worth of index entries each."""
+    per_chat = setting("CHATBRIDGE_QUEUE_PER_CONVERSATION")
+    per_visitor = setting("CHATBRIDGE_QUEUE_PER_VISITOR")
+    here = QueueEntry.objects.filter(conversation_id=conversation_id)
+    if per_chat is not None and _at_least(here, per_chat):
+        return queue_full(per_chat)
+    if per_visitor is not None and _at_least(QueueEntry.objects.filter(owner=owner), per_visitor):
+        return queue_full(per_visitor, visitor=True)
+    return None
+
+
+def _queue_full(conversation_id: str) -> CommandRefused | None:
+    """The refusal, read without a transaction or the writer: a flood past the caps costs
+    reads, and the writes of everyone else do not wait behind it."""
+    return _queue_refusal(conversation_id, _owner(conversation_id))
 
 
 def _enqueue(conversation_id: str, message: QueuedMessage) -> None:
+    """One INSERT, after the caps are counted again under the visitor's lock."""
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
-        queue = conversation.queue or []
-        if any(m.get("id") == message.id for m in queue):
+        if QueueEntry.objects.filter(message_id=message.id).exists():
             return  # queued by a run whose commit was cut off (the database went away)
-        conversation.queue = [*queue, message.to_json()]
-        conversation.save(update_fields=["queue"])
+        owner = _owner(conversation_id)
+        _lock_owner(_QUEUE_LOCK, owner)
+        if (refused := _queue_refusal(conversation_id, owner)) is not None:
+            raise refused
+        lean_sql.insert(
+            QueueEntry,
+            {
+                "conversation_id": conversation_id,
+                "owner": owner,
+                "message_id": message.id,
+                "text": message.text,
+                "client_id": message.client_id or "",
+                "created_at": timezone.now(),
+            },
+        )
 
 
 def _dequeue(conversation_id: str, message_id: str) -> None:
-    with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id).first()
-        if conversation is None or not conversation.queue:
-            return
-        kept = [m for m in conversation.queue if m.get("id") != message_id]
-        if len(kept) != len(conversation.queue):
-            conversation.queue = kept
-            conversation.save(update_fields=["queue"])
+    QueueEntry.objects.filter(conversation_id=conversation_id, message_id=message_id).delete()
+
+
+FULL_MEMO = 1.0  # seconds a full queue's refusal is repeated without asking the database
 
 
 class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
+
+    def __init__(self) -> None:
+        # Conversation id → (until when, refusal): a visitor flooding a full queue is refused
+        # from memory. A dequeue here forgets them all (the visitor's other chats may have
+        # room again); one on another worker shows within FULL_MEMO.
+        self._full: dict[str, tuple[float, CommandRefused]] = {}
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
         return await db_call(_messages, conversation_id)
@@ -272,15 +368,35 @@ class DjangoStore:
         return await db_call(_queued, conversation_id)
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
-        await write_now(_enqueue, conversation_id, message)
+        now = time.monotonic()
+        memo = self._full.get(conversation_id)
+        if memo is not None and memo[0] > now:
+            raise memo[1]
+        try:
+            refused = await sync_to_async(_queue_full)(conversation_id)
+            if refused is None:
+                await write_now(_enqueue, conversation_id, message)
+        except CommandRefused as lost_race:  # counted again under the lock: full after all
+            refused = lost_race
+        if refused is not None:
+            if len(self._full) > 1000:  # forget the expired ones
+                self._full = {k: v for k, v in self._full.items() if v[0] > now}
+            self._full[conversation_id] = (now + FULL_MEMO, refused)
+            raise refused
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        self._full.clear()
         await write_now(_dequeue, conversation_id, message_id)
 
     # -- TurnLeases: one running turn per conversation across workers ----------------------
 
     async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
         return await db_call(_take_turn, conversation_id, replacing)
+
+    # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
+
+    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return await sync_to_async(_take_new_turn)(conversation_id, replacing)
 
     async def renew_turn(self, conversation_id: str) -> bool:
         return await db_call(_renew_turn, conversation_id)

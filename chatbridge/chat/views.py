@@ -4,6 +4,7 @@ of URL questions."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from uuid import UUID
 
@@ -31,6 +32,8 @@ from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.reporting import UrlPageReporterFilter
 from chatbridge.chat.store import owner_key
+from chatbridge.conf import setting
+from chatbridge.core.conversation import counted
 from chatbridge.core.elicit import ElicitId
 from chatbridge.core.exceptions import LinkUnusable
 from chatbridge.core.human import nul_refusal
@@ -73,12 +76,36 @@ def request_owner(request: HttpRequest) -> str:
     return owner
 
 
+def _too_many_chats(request: HttpRequest, owner: str) -> HttpResponse | None:
+    """The page refusing a new chat to a visitor who started the most allowed in the last
+    hour (429, with when to try again), or None."""
+    cap = setting("CHATBRIDGE_CONVERSATIONS_PER_HOUR")
+    if cap is None:
+        return None
+    since = timezone.now() - timedelta(hours=1)
+    recent = Conversation.objects.filter(owner=owner, created_at__gte=since).order_by("-created_at")
+    oldest = (
+        recent.values_list("created_at", flat=True)[cap - 1 : cap].first() if cap > 0 else since
+    )
+    if oldest is None:
+        return None
+    message = (
+        f"You have started {counted(cap, 'chat')} in the last hour, the most you may start "
+        "in an hour. Continue in one of your chats, or start a new one later."
+    )
+    response = render(request, "chatbridge/too_many_chats.html", {"message": message}, status=429)
+    response["Retry-After"] = str(max(1, int((oldest - since).total_seconds()) + 1))
+    return response
+
+
 @require_safe
-def home(request: HttpRequest) -> HttpResponseRedirect:
+def home(request: HttpRequest) -> HttpResponse:
     """The latest conversation of this browser, or a new one."""
     owner = request_owner(request)
     conversation = Conversation.objects.filter(owner=owner).first()
     if conversation is None:
+        if (refused := _too_many_chats(request, owner)) is not None:
+            return refused
         conversation = Conversation.objects.create(owner=owner)
     return redirect("chatbridge:conversation", conversation_id=conversation.id)
 
@@ -88,12 +115,14 @@ def _has_messages() -> Exists:
 
 
 @require_POST
-def new_conversation(request: HttpRequest) -> HttpResponseRedirect:
+def new_conversation(request: HttpRequest) -> HttpResponse:
     """A fresh conversation: the owner's empty one if there is one (no clutter of empty
-    chats), else a new one."""
+    chats), else a new one (up to CHATBRIDGE_CONVERSATIONS_PER_HOUR an hour)."""
     owner = request_owner(request)
     empty = Conversation.objects.filter(owner=owner).exclude(_has_messages()).first()
     if empty is None:
+        if (refused := _too_many_chats(request, owner)) is not None:
+            return refused
         empty = Conversation.objects.create(owner=owner)
     else:
         empty.save(update_fields=["updated_at"])  # now the latest: "/" finds it again

@@ -34,7 +34,10 @@ __all__ = [
     "PendingElicit",
     "ResumableCall",
     "TurnLeases",
+    "VisitorLimits",
+    "counted",
     "dangling_calls",
+    "too_many_running",
 ]
 
 LOST_SESSION_MESSAGE = "Error: Plugin session was lost. Please retry the operation."
@@ -88,6 +91,32 @@ class TurnLeases(Protocol):
 
     async def turn_holder(self, conversation_id: str) -> str:
         """The worker holding an unexpired lease, or ``""``."""
+        ...
+
+
+def counted(count: int, word: str) -> str:
+    """``1 chat``, ``3 chats``: a count in words people read."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def too_many_running(limit: int) -> CommandRefused:
+    """The refusal of a new message while the visitor's other chats are busy up to the cap."""
+    return CommandRefused(
+        "TOO_MANY_RUNNING",
+        f"You have {counted(limit, 'chat')} busy with a reply or a question waiting for your "
+        "answer, the most you may have at once. Answer or stop one of them first, then send "
+        "this again.",
+    )
+
+
+class VisitorLimits(Protocol):
+    """Caps per visitor (the browser session or user owning conversations) on what holds
+    memory: the turns running in their chats, across every worker."""
+
+    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        """``TurnLeases.take_turn`` for a turn a new message starts; ``too_many_running``'s
+        refusal when the visitor's other chats already run that many turns. Turns that
+        resume calls or start queued messages are not capped: they are the way out."""
         ...
 
 

@@ -30,6 +30,7 @@ from chatbridge.core.conversation import (
     Peers,
     ResumableCall,
     TurnLeases,
+    VisitorLimits,
     dangling_calls,
 )
 from chatbridge.core.forms import FormRenderer
@@ -88,6 +89,7 @@ class ChatHub:
         peers: Peers | None = None,
         leases: TurnLeases | None = None,
         queue: MessageQueue | None = None,
+        limits: VisitorLimits | None = None,
     ) -> None:
         self.registry, self.manager, self.store = registry, manager, store
         self.sink, self.render_form, self.model = sink, render_form, model
@@ -95,6 +97,7 @@ class ChatHub:
         self.peers = peers  # the other workers, when there are several
         self.leases: TurnLeases = leases or LocalLeases()
         self.queue: MessageQueue = queue or LocalQueue()  # messages sent while a turn runs
+        self.limits = limits  # caps per visitor on the turns new messages start
         self.runner = ToolCallRunner(
             registry=registry,
             manager=manager,
@@ -132,7 +135,7 @@ class ChatHub:
             conv = self._conversation(conversation_id)  # it may have been forgotten meanwhile
         try:
             try:
-                await self._begin(conv, lost=[], text=text, client_id=client_id)
+                await self._begin(conv, lost=[], text=text, client_id=client_id, new=True)
             except CommandRefused as refused:
                 if not queue or refused.code != "BUSY":
                     raise
@@ -403,21 +406,24 @@ class ChatHub:
         *,
         client_id: str | None = None,
         queued: QueuedMessage | None = None,
+        new: bool = False,
     ) -> None:
-        """Take the conversation's lease and start a turn; BUSY if one runs anywhere."""
+        """Take the conversation's lease and start a turn; BUSY if one runs anywhere. A turn
+        for a ``new`` message is capped per visitor (``VisitorLimits``)."""
         if self._closed:
             raise CommandRefused("SHUTTING_DOWN", SHUTTING_DOWN)
         if conv.busy:
             raise CommandRefused(
                 "BUSY", "Please wait for the current reply, or abort the running tool."
             )
+        take = self.limits.take_new_turn if new and self.limits else self.leases.take_turn
         conv.starting = asyncio.Event()  # at once: a second message now sees BUSY
         try:
-            taken = await self.leases.take_turn(conv.id)
+            taken = await take(conv.id)
             if not taken:  # held elsewhere: by a worker that is gone, its lease not expired?
                 holder = await self.leases.turn_holder(conv.id)
                 if holder and self.peers is not None and not await self.recovery.alive(holder):
-                    taken = await self.leases.take_turn(conv.id, replacing=holder)
+                    taken = await take(conv.id, replacing=holder)
         finally:
             conv.starting.set()
             conv.starting = None

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from chatbridge.core.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.core.conversation import (
     LOST_SESSION_MESSAGE,
+    CommandRefused,
     LiveConversation,
     ResumableCall,
+    counted,
     dangling_calls,
 )
 from chatbridge.core.exceptions import ClaimLost
@@ -34,7 +36,14 @@ from chatbridge.core.protocol import (
 if TYPE_CHECKING:
     from chatbridge.core.engine import ChatHub
 
-__all__ = ["LEASE_RENEW_SECONDS", "LocalQueue", "MessageQueue", "QueuedMessage", "Turns"]
+__all__ = [
+    "LEASE_RENEW_SECONDS",
+    "LocalQueue",
+    "MessageQueue",
+    "QueuedMessage",
+    "Turns",
+    "queue_full",
+]
 
 logger = logging.getLogger("chatbridge.engine")
 
@@ -63,13 +72,32 @@ class QueuedMessage:
         return cls(str(data["id"]), str(data["text"]), data.get("client_id") or None)
 
 
+def queue_full(limit: int, *, visitor: bool = False) -> CommandRefused:
+    """The refusal of a message past the queue's cap: in this chat, or in all of a visitor's.
+    The composer keeps the text (as with every refusal)."""
+    if visitor:
+        text = (
+            f"You have {counted(limit, 'message')} waiting in your chats, the most we keep for "
+            "you. Wait for the current replies to end, then send this again."
+        )
+    else:
+        waiting = "is" if limit == 1 else "are"
+        text = (
+            f"{counted(limit, 'message')} {waiting} already waiting in this chat, the most it "
+            "keeps. Wait for the current reply to end, then send this again."
+        )
+    return CommandRefused("QUEUE_FULL", text)
+
+
 class MessageQueue(Protocol):
     """Where queued messages wait, in order, per conversation (durable in the Django store,
     so they survive a restart)."""
 
     async def queued(self, conversation_id: str) -> list[QueuedMessage]: ...
 
-    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None: ...
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
+        """Keep the message last in line; ``queue_full``'s refusal past a cap."""
+        ...
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
         """Remove the message (it is in the conversation now); nothing if it is not queued."""
@@ -78,15 +106,20 @@ class MessageQueue(Protocol):
 
 @dataclass
 class LocalQueue:
-    """``MessageQueue`` in memory (a hub without a durable store)."""
+    """``MessageQueue`` in memory (a hub without a durable store), ``per_conversation``
+    messages at most in each conversation (None: no cap)."""
 
     messages: dict[str, list[QueuedMessage]] = field(default_factory=dict)
+    per_conversation: int | None = 20
 
     async def queued(self, conversation_id: str) -> list[QueuedMessage]:
         return list(self.messages.get(conversation_id, ()))
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
-        self.messages.setdefault(conversation_id, []).append(message)
+        waiting = self.messages.setdefault(conversation_id, [])
+        if self.per_conversation is not None and len(waiting) >= self.per_conversation:
+            raise queue_full(self.per_conversation)
+        waiting.append(message)
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
         kept = [m for m in self.messages.get(conversation_id, ()) if m.id != message_id]

@@ -1,4 +1,4 @@
-"""``manage.py chatbridge_sessions list|show ID|abort ID|prune --older-than``."""
+"""``manage.py chatbridge_sessions list|show ID|abort ID|prune --older-than|purge``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from chatbridge.chat import retention
 from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession
 from chatbridge.chat.operations import abort_tool_session
+from chatbridge.conf import setting
 
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -46,6 +48,12 @@ class Command(BaseCommand):
         abort.add_argument("--operator", default="cli")
         prune = sub.add_parser("prune", help="delete ended sessions older than an age")
         prune.add_argument("--older-than", required=True, type=parse_age)
+        purge = sub.add_parser(
+            "purge",
+            help="delete ended calls past CHATBRIDGE_RETENTION_DAYS (journals, links, logs)",
+        )
+        purge.add_argument("--days", type=float, default=None, help="instead of the setting")
+        purge.add_argument("--dry-run", action="store_true", help="count, delete nothing")
 
     def handle(self, *args: Any, **options: Any) -> None:
         getattr(self, f"do_{options['action']}")(**options)
@@ -110,6 +118,32 @@ class Command(BaseCommand):
         old.delete()
         self.stdout.write(
             f"Deleted {count} ended session(s) created before {cutoff:%Y-%m-%d %H:%M}."
+        )
+
+    def do_purge(self, days: float | None, dry_run: bool, **options: Any) -> None:
+        if days is not None and days <= 0:
+            raise CommandError(f"--days must be a positive number of days; got {days:g}")
+        if days is None:
+            days = setting("CHATBRIDGE_RETENTION_DAYS")
+        if days is None:
+            self.stdout.write(
+                "CHATBRIDGE_RETENTION_DAYS is None: ended calls are kept. Pass --days N to "
+                "delete those that ended more than N days ago."
+            )
+            return
+        if dry_run:
+            before = retention.cutoff(days)
+            assert before is not None
+            count = retention.expired(before).count()
+            self.stdout.write(
+                f"{count} ended call(s) ended before the retention of {days:g} day(s); "
+                "nothing deleted (--dry-run)."
+            )
+            return
+        count = retention.purge(days)
+        self.stdout.write(
+            f"Deleted {count} ended call(s) that ended more than {days:g} day(s) ago, with "
+            "their journals, links and log lines."
         )
 
     def _get(self, session_id: str) -> ToolSession:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chatbridge_chat', '0015_mcp_tokens'),
+        ('chatbridge_chat', '0013_mcp_tokens'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chatbridge_chat', '0011_queue_and_stopped'),
+        ('chatbridge_chat', '0012_queue_rows'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,57 @@
+"""A full queue in chromium: "Send anyway" past the chat's cap is refused in words, the
+composer keeps the text, and the queued message already there stays queued."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.test_browser import ask_for_flights, open_chat
+
+pytestmark = pytest.mark.slow  # a server process of its own
+
+
+@pytest.fixture(scope="module")
+def capped_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server keeping one queued message per chat (set from the environment)."""
+    tmp: Path = tmp_path_factory.mktemp("capped")
+    env = migrated_env(tmp / "db.sqlite3")
+    env["CHATBRIDGE_QUEUE_PER_CONVERSATION"] = "1"
+    port = free_port()
+    proc = start_daphne(port, env, log=tmp / "daphne.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+async def test_send_anyway_past_the_cap_is_refused_and_the_text_stays(
+    browser: Browser, capped_server: str
+) -> None:
+    page = await open_chat(browser, capped_server)
+    box = page.get_by_role("textbox", name="Message")
+    await ask_for_flights(page)
+    anyway = page.get_by_role("button", name="Send anyway")
+
+    await box.fill("And a hotel in LA, please")
+    await anyway.click()
+    queued = page.locator("#queued article.msg.queued")
+    await expect(queued).to_contain_text("And a hotel in LA, please")
+    await expect(box).to_have_value("")
+
+    await box.fill("And a car")
+    await anyway.click()
+    await expect(page.locator("#errors")).to_contain_text(
+        "1 message is already waiting in this chat, the most it keeps. Wait for the current "
+        "reply to end, then send this again."
+    )
+    await expect(box).to_have_value("And a car")
+    await expect(queued).to_have_count(1)
+    await page.reload()  # on record: the one queued message, still alone
+    await expect(page.locator("#queued article.msg.queued")).to_have_count(1)
+    await expect(page).to_have_title(re.compile("^Your answer is needed"))

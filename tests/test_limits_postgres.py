@@ -1,0 +1,103 @@
+"""The caps per visitor hold exactly on PostgreSQL when workers race for the last place: twelve
+threads, each with its own connection (as separate workers have), enqueue to one visitor's
+chats and start turns in them at once; the advisory lock per visitor lets exactly the cap
+through."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.test_services import PG_HOST, PG_PORT, ROOT, require, run_django
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+RACE = """
+import json, threading
+from django.db import connection
+from django.test.utils import override_settings
+from chatbridge.chat import store
+from chatbridge.chat.models import Conversation, QueueEntry
+from chatbridge.core.conversation import CommandRefused
+from chatbridge.core.turns import QueuedMessage
+
+chats = [str(Conversation.objects.create(owner="session:racer").id) for _ in range(12)]
+start = threading.Barrier(12)
+outcomes = []
+
+def racer(n):
+    try:
+        start.wait()
+        try:
+            store._enqueue(chats[n % 3], QueuedMessage(f"m{n}", "hi"))
+            outcomes.append("queued")
+        except CommandRefused as refused:
+            outcomes.append(refused.code)
+        start.wait()
+        try:
+            outcomes.append("turn" if store._take_new_turn(chats[n], "") else "busy")
+        except CommandRefused as refused:
+            outcomes.append(refused.code)
+    finally:
+        connection.close()
+
+with override_settings(
+    CHATBRIDGE_QUEUE_PER_CONVERSATION=2,
+    CHATBRIDGE_QUEUE_PER_VISITOR=5,
+    CHATBRIDGE_RUNNING_TURNS_PER_VISITOR=4,
+):
+    threads = [threading.Thread(target=racer, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+print(json.dumps({
+    "outcomes": sorted(outcomes),
+    "rows": QueueEntry.objects.filter(owner="session:racer").count(),
+    "turns": Conversation.objects.filter(owner="session:racer").exclude(turn_worker="").count(),
+}))
+"""
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    require("PostgreSQL", PG_HOST, PG_PORT)
+    import psycopg
+
+    name = f"chatbridge_test_{uuid.uuid4().hex[:10]}"
+    admin = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_racing_workers_get_exactly_the_caps_on_postgresql(database_url: str) -> None:
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    # A pool large enough for every racer's connection at once (they meet at a barrier).
+    race = run_django(RACE, DATABASE_URL=database_url, DATABASE_POOL_SIZE="16")
+    found = json.loads(race.splitlines()[-1])
+    # Three chats, two places each, five for the visitor: five queued, seven refused.
+    assert found["rows"] == 5
+    # Twelve idle chats, four turns at once for the visitor: four started, eight refused.
+    assert found["turns"] == 4
+    assert found["outcomes"] == sorted(
+        ["queued"] * 5 + ["QUEUE_FULL"] * 7 + ["turn"] * 4 + ["TOO_MANY_RUNNING"] * 8
+    )
