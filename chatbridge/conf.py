@@ -36,6 +36,21 @@ DEFAULTS: dict[str, Any] = {
     # Seconds between two looks for committed calls (a payment received) that no live worker
     # holds: each is resumed and finished here, or compensated (None: never look).
     "CHATBRIDGE_COMMITMENT_SWEEP": 5.0,
+    # The Content-Security-Policy of the chat's pages (django-csp DIRECTIVES; None: the
+    # project's CONTENT_SECURITY_POLICY). Nothing inline runs; the socket and the guest UIs'
+    # sandboxed frames are on this site; no plugin, no framing, no other base or form target.
+    "CHATBRIDGE_CSP": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
 }
 
 

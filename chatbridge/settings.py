@@ -85,6 +85,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The chat's pages send ChatBridge's policy (CHATBRIDGE_CSP), the others this site's.
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "chatbridge.urls"
