@@ -4,8 +4,15 @@ the chat page does not run."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
 from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, expect
 
+from tests.servers import ROOT
 from tests.test_browser import (
     ask_for_flights,
     expect_confirmation,
@@ -114,4 +121,48 @@ async def test_code_injected_inline_does_not_run(browser: Browser, server: str) 
     # The page still works: a message goes through the socket.
     await send(page, "hello")
     await expect(page.locator("article.msg.assistant").last).to_be_visible(timeout=15000)
+    await context.close()
+
+
+async def test_the_admin_runs_under_the_same_policy(
+    browser: Browser, server: str, server_database: Path
+) -> None:
+    name, password = f"csp-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{server_database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+        "DJANGO_SUPERUSER_PASSWORD": password,
+    }
+    manage = [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", name]
+    subprocess.run([*manage, "--email", "ops@example.com"], cwd=ROOT, env=env, check=True)
+    context, violations = await watched(browser)
+    chat = await open_chat(context, server)
+    await send(chat, "Choose a colour")  # a live session for the admin to show
+    await expect(
+        chat.frame_locator("iframe.guest-frame").get_by_label("Custom colour (hex)")
+    ).to_be_visible(timeout=15000)
+
+    page = await context.new_page()
+    await page.goto(f"{server}/admin/login/")
+    await page.get_by_label("Username").fill(name)
+    await page.get_by_label("Password").fill(password)
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    sessions = f"{server}/admin/chatbridge_chat/toolsession/"
+    response = await page.goto(sessions)
+    assert response is not None
+    assert "script-src 'self'" in (await response.all_headers())["content-security-policy"]
+    badge = page.locator(".cb-badge", has_text="awaiting_elicit").first
+    await expect(badge).to_be_visible()
+    assert await badge.evaluate("(el) => getComputedStyle(el).backgroundColor") != (
+        "rgba(0, 0, 0, 0)"
+    )
+    await page.locator("#result_list tr", has=badge).locator("th a").click()  # its page
+    await expect(page.locator(".cb-badge", has_text="awaiting_elicit")).to_be_visible()
+    await page.goto(sessions + "active/")
+    await page.goto(f"{server}/admin/chatbridge_chat/conversation/")
+    await page.goto(f"{server}/admin/auth/user/add/")
+    await expect(page.get_by_label("Username")).to_be_visible()
+    assert violations == []
     await context.close()
