@@ -74,7 +74,10 @@ async def test_a_booking_and_the_colour_picker_raise_no_violation(
 
     await send(page, "Choose a colour")
     frame = page.frame_locator("iframe.guest-frame")  # a sandboxed frame of this site
-    await frame.get_by_label("Custom colour (hex)").fill("#12AB34", timeout=15000)
+    await frame.get_by_label("Custom colour (hex)").fill("#zzz", timeout=15000)
+    await frame.get_by_role("button", name="Choose").click()  # refused on the server, shown
+    await expect(frame.get_by_role("alert")).to_contain_text("not accepted", timeout=15000)
+    await frame.get_by_label("Custom colour (hex)").fill("#12AB34")
     await frame.get_by_role("button", name="Choose").click()
     result = page.locator(".color-result")
     await expect(result).to_have_text("Chosen colour #12ab34", timeout=15000)
@@ -158,7 +161,8 @@ async def test_the_admin_runs_under_the_same_policy(
     assert await badge.evaluate("(el) => getComputedStyle(el).backgroundColor") != (
         "rgba(0, 0, 0, 0)"
     )
-    await page.locator("#result_list tr", has=badge).locator("th a").click()  # its page
+    row = page.locator("#result_list tr", has=page.locator(".cb-badge", has_text="awaiting"))
+    await row.first.locator("th a").click()  # the session's own page
     await expect(page.locator(".cb-badge", has_text="awaiting_elicit")).to_be_visible()
     await page.goto(sessions + "active/")
     await page.goto(f"{server}/admin/chatbridge_chat/conversation/")
