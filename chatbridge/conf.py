@@ -68,6 +68,21 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_AUTHORIZATION_SERVERS": [],
     # Dotted path of the SDK TokenVerifier (object or class) that checks those servers' tokens.
     "CHATBRIDGE_MCP_TOKEN_VERIFIER": "",
+    # The Content-Security-Policy of the chat's pages (django-csp DIRECTIVES; None: the
+    # project's CONTENT_SECURITY_POLICY). Nothing inline runs; the socket and the guest UIs'
+    # sandboxed frames are on this site; no plugin, no framing, no other base or form target.
+    "CHATBRIDGE_CSP": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
 }
 
 

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from chatbridge.conf import DEFAULTS
 from chatbridge.environment import (
     database_from_url,
     env_flag,
@@ -88,7 +89,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The chat's pages send ChatBridge's policy (CHATBRIDGE_CSP), the others this site's.
+    "csp.middleware.CSPMiddleware",
 ]
+# This site's other pages (the admin, the 404 page) run under the chat's strict policy too.
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": DEFAULTS["CHATBRIDGE_CSP"]}
 
 ROOT_URLCONF = "chatbridge.urls"
 ASGI_APPLICATION = "chatbridge.asgi.application"

@@ -100,7 +100,9 @@ def test_the_install_guide_has_one_block_per_step() -> None:
 
 async def test_a_person_answers_the_tool_in_the_browser(site: str, browser: Browser) -> None:
     page = await browser.new_page()
-    await page.goto(site + "/assistant/")  # a new chat, which offers the tool's example
+    response = await page.goto(site + "/assistant/")  # a new chat, which offers the tool's example
+    assert response is not None  # the chat's own policy, with the guide's middleware
+    assert "script-src 'self'" in (await response.all_headers())["content-security-policy"]
     await expect(page.get_by_role("status").filter(has_text="Connected")).to_be_visible()
     await page.get_by_role("button", name="Please greet me").click()
     name = page.get_by_role("textbox", name="Your name")

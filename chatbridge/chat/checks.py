@@ -41,6 +41,7 @@ REQUIRED_MIDDLEWARE = {
     "django.middleware.csrf.CsrfViewMiddleware": "the chat's forms are protected from CSRF",
     "django.contrib.auth.middleware.AuthenticationMiddleware": "users own their chats",
     "django_htmx.middleware.HtmxMiddleware": "the views answer htmx requests",
+    "csp.middleware.CSPMiddleware": "the chat's pages send a Content-Security-Policy",
 }
 INSTALL_HINT = "See docs/install.md (adding ChatBridge to a project)."
 

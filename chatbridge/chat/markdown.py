@@ -9,7 +9,9 @@ Two maintained libraries do the work, no hand-written parsing or escaping:
   a reply's ``###`` would skip a level), whatever levels the model picks;
 - nh3 (ammonia) then keeps only the tags and attributes listed here, links only to
   ``http``, ``https`` and ``mailto`` URLs (``javascript:``, ``data:`` and relative URLs are
-  dropped), and opens every link in a new tab with ``rel="noopener noreferrer nofollow"``.
+  dropped), and opens every link in a new tab with ``rel="noopener noreferrer nofollow"``;
+- a table column's alignment is a class (``align-right``), not a style attribute: the chat's
+  Content-Security-Policy allows no inline style.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ _TAGS = {
     "ul",
 }
 
+_ALIGN_CLASSES = {"align-left", "align-center", "align-right"}
 _cleaner = nh3.Cleaner(
     tags=_TAGS,
     clean_content_tags={"script", "style"},
-    attributes={"a": {"href", "title"}, "ol": {"start"}, "th": {"style"}, "td": {"style"}},
-    filter_style_properties={"text-align"},  # table column alignment, nothing else
+    attributes={"a": {"href", "title"}, "ol": {"start"}},
+    allowed_classes={"th": _ALIGN_CLASSES, "td": _ALIGN_CLASSES},
     url_schemes={"http", "https", "mailto"},
     url_relative="deny",
     link_rel="noopener noreferrer nofollow",
@@ -69,5 +72,8 @@ def render_markdown(text: str) -> SafeString:
     for token in tokens:
         if token.type in ("heading_open", "heading_close"):
             token.tag = "h2"
+        elif token.type in ("th_open", "td_open") and "style" in token.attrs:
+            align = str(token.attrs.pop("style")).removeprefix("text-align:")
+            token.attrs["class"] = f"align-{align}"
     html = _cleaner.clean(_parser.renderer.render(tokens, _parser.options, {}))
     return mark_safe(html)  # noqa: S308 - sanitised by nh3 just above

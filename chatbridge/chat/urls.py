@@ -1,23 +1,33 @@
 """The chat's pages, to include at a URL of the project's choosing:
 ``path("assistant/", include("chatbridge.chat.urls"))``. Names are in the ``chatbridge``
-namespace (``reverse("chatbridge:conversation", args=[id])``)."""
+namespace (``reverse("chatbridge:conversation", args=[id])``). Each page
+sends the chat's Content-Security-Policy (``CHATBRIDGE_CSP``, see content_policy.py)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
 from chatbridge.chat import views
+from chatbridge.chat.content_policy import chat_policy
 
 app_name = "chatbridge"
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("c/new/", views.new_conversation, name="new_conversation"),
-    path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
-    path("c/<uuid:conversation_id>/rename/", views.rename_conversation, name="rename_conversation"),
-    path("c/<uuid:conversation_id>/delete/", views.delete_conversation, name="delete_conversation"),
-    path("c/<uuid:conversation_id>/item/", views.sidebar_item, name="sidebar_item"),
-    path("tools/", views.tools, name="tools"),
-    path("ui/<slug:name>/", views.guest_ui, name="guest_ui"),
-    path("elicit/<str:token>/", views.elicit_link, name="elicit_link"),
+    path("", chat_policy(views.home), name="home"),
+    path("c/new/", chat_policy(views.new_conversation), name="new_conversation"),
+    path("c/<uuid:conversation_id>/", chat_policy(views.conversation), name="conversation"),
+    path(
+        "c/<uuid:conversation_id>/rename/",
+        chat_policy(views.rename_conversation),
+        name="rename_conversation",
+    ),
+    path(
+        "c/<uuid:conversation_id>/delete/",
+        chat_policy(views.delete_conversation),
+        name="delete_conversation",
+    ),
+    path("c/<uuid:conversation_id>/item/", chat_policy(views.sidebar_item), name="sidebar_item"),
+    path("tools/", chat_policy(views.tools), name="tools"),
+    path("ui/<slug:name>/", chat_policy(views.guest_ui), name="guest_ui"),
+    path("elicit/<str:token>/", chat_policy(views.elicit_link), name="elicit_link"),
 ]

@@ -63,6 +63,28 @@
    * are history: the rule is for content swapped in, and the page's own autofocus stands. */
   document.querySelectorAll("[data-autofocus]").forEach(function (marked) { marked.removeAttribute("data-autofocus"); });
 
+  /* The pages' policy runs no inline code (no hx-on, no on* attributes): what fragments used
+   * to say inline is here. */
+  // Esc in a sidebar form (rename, delete) is its Cancel.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || !event.target.closest) return;
+    var form = event.target.closest("form.conv-form");
+    var cancel = form && form.querySelector(".conv-cancel");
+    if (!cancel) return;
+    event.preventDefault();
+    cancel.click();
+  });
+  // The empty state goes with the first message sent (the focus, if it was in it, to the composer).
+  document.addEventListener("htmx:load", function (event) {
+    var elt = event.detail && event.detail.elt;
+    var empty = document.getElementById("empty-chat");
+    if (!empty || !elt || !elt.matches) return;
+    if (!elt.matches("article.msg.user") && !elt.querySelector("article.msg.user")) return;
+    var had = empty.contains(document.activeElement);
+    empty.remove();
+    if (had && box) box.focus();
+  });
+
   // ---- the chat page only from here on ----------------------------------------------------
   var main = document.querySelector("main.chat[data-conversation]");
   if (!main) return;
