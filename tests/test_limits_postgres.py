@@ -9,12 +9,10 @@ import json
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from tests.test_services import PG_HOST, PG_PORT, ROOT, require, run_django
+from tests.test_services import ROOT, postgres_url, run_django  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -65,23 +63,8 @@ print(json.dumps({
 """
 
 
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    require("PostgreSQL", PG_HOST, PG_PORT)
-    import psycopg
-
-    name = f"chatbridge_test_{uuid.uuid4().hex[:10]}"
-    admin = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}"
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def test_racing_workers_get_exactly_the_caps_on_postgresql(database_url: str) -> None:
+def test_racing_workers_get_exactly_the_caps_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+    database_url = postgres_url
     migrated = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],
         cwd=ROOT,

@@ -43,15 +43,11 @@ def state_key(secret: str) -> bytes:
     return hashlib.sha256(b"chatbridge.mcp.request-state:" + secret.encode()).digest()
 
 
-def _load(call_id: str) -> StoredCall | None:
-    row = ToolSession.objects.filter(pk=call_id).first()
-    if row is None:
-        return None
-    journal = row.journal_entries()
+def _stored(row: ToolSession) -> StoredCall:
     return StoredCall(
         row.tool_name,
         row.arguments,
-        journal,
+        row.journal_entries(),
         row.status,
         row.result,
         row.error,
@@ -59,6 +55,11 @@ def _load(call_id: str) -> StoredCall | None:
         row.commitment,
         row.committed,
     )
+
+
+def _load(call_id: str) -> StoredCall | None:
+    row = ToolSession.objects.filter(pk=call_id).first()
+    return _stored(row) if row is not None else None
 
 
 class DjangoCallStore:
@@ -72,17 +73,7 @@ def _find_task(call_id: str) -> TaskRecord | None:
     row = ToolSession.objects.filter(pk=call_id, transport=TRANSPORT).first()
     if row is None:
         return None
-    call = StoredCall(
-        row.tool_name,
-        row.arguments,
-        row.journal_entries(),
-        row.status,
-        row.result,
-        row.error,
-        row.aborted_by,
-        row.commitment,
-        row.committed,
-    )
+    call = _stored(row)
     meta = {str(k): str(v) for k, v in (row.meta or {}).items()}
     asked = JournalRecord.objects.filter(session_id=call_id, elicit_id=row.pending_elicit_id)
     entry = asked.last() if row.pending_elicit_id else None
