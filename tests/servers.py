@@ -81,6 +81,11 @@ def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[
         **os.environ,
         "DATABASE_URL": f"sqlite:///{database}",
         "DJANGO_SETTINGS_MODULE": settings,
+        # Every test client comes from 127.0.0.1: the per-address cap of MCP sessions (32)
+        # would count a whole test run's clients as one caller. The caps have tests of their
+        # own (test_mcp_caps.py).
+        "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": "100000",
+        "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": "100000",
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],

@@ -247,8 +247,8 @@ async def test_postgres_restarts_under_load_lose_no_booking_and_pages_get_503(
             ("elicit", "pick_seat"),
             ("elicit", "review"),
             ("elicit", "payment"),
+            ("step", "issue_ticket"),  # paid: the ticket first
             ("sample", "sample"),
-            ("step", "issue_ticket"),
         ], record
         assert record["tool_messages"] == [finished["result"]]  # one result, on record once
         assert record["result"]["ticket"] == finished["result"]["ticket"]

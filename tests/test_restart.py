@@ -63,7 +63,7 @@ async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path
         ).fetchall()
     assert (status, resumes) == ("completed", 1)
     assert second is not None and worker.endswith(f":{second.pid}")
-    assert [kind for kind, _ in journal] == ["elicit"] * 4 + ["sample", "step"]
+    assert [kind for kind, _ in journal] == ["elicit"] * 4 + ["step", "sample"]
     [ticket] = [result for kind, result in journal if kind == "step"]  # issued once
     assert done["result"]["ticket"] in ticket
 

@@ -77,4 +77,4 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
             )
         ]
     assert (status, resumes) == ("completed", 1)
-    assert kinds == ["elicit"] * 4 + ["sample", "step"]  # the ticket issued once
+    assert kinds == ["elicit"] * 4 + ["step", "sample"]  # the ticket issued once
