@@ -18,7 +18,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from chatbridge.mcp.server import CLIENT_GONE
+from chatbridge.mcp.cancellation import CLIENT_GONE
 from chatbridge.runtime import RESTARTING
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_http import RemoteChat

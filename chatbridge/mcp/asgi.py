@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import anyio
-from mcp.server.streamable_http import EventMessage
 from mcp.server.streamable_http_manager import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_SESSION_IDLE_TIMEOUT,
@@ -29,7 +28,6 @@ from mcp.server.streamable_http_manager import (
 )
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.routing import Route
 
 from chatbridge.chat.origins import request_origin_allowed
@@ -44,7 +42,8 @@ from chatbridge.mcp.callers import (
     enter,
 )
 from chatbridge.mcp.caps import SessionCaps, opens_session
-from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions, SessionEvents
+from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions
+from chatbridge.mcp.replay import ElsewhereReplay
 from chatbridge.mcp.resource import METADATA_PATHS, ResourceServer
 from chatbridge.mcp.server import McpBridge
 
@@ -183,6 +182,7 @@ class McpEndpoint:
         # The per-caller count asks the SDK's own record of the sessions it holds (ended ones
         # leave it at once, however they end) rather than keep a copy that could drift.
         self.sessions = SessionCaps(sessions_per_caller, self.manager.holds)
+        self.replay = ElsewhereReplay(self.manager, self.events, self._security, retry_ms)
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -354,7 +354,7 @@ class McpEndpoint:
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
-        if scope["type"] == "http" and await self._replay_elsewhere(scope, receive, send):
+        if scope["type"] == "http" and await self.replay.serve(scope, receive, send):
             return
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
@@ -391,39 +391,3 @@ class McpEndpoint:
             self._posts -= 1
             if not self._posts:
                 self._idle.set()
-
-    async def _replay_elsewhere(self, scope: Scope, receive: Receive, send: Send) -> bool:
-        """A client resuming a stream of a session another worker holds: the events that
-        worker kept (when the log is shared), then the end of the stream, after which the
-        client reconnects in ``retry_ms``. Live events reach only the holder's streams."""
-        headers = dict(scope.get("headers") or [])
-        last = headers.get(b"last-event-id", b"").decode("latin-1")
-        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
-        if scope.get("method") != "GET" or not last or not session or self.manager.holds(session):
-            return False
-        refused = await self._security.validate_request(Request(scope, receive))
-        if refused is not None:
-            await refused(scope, receive, send)
-            return True
-        events: list[str] = []
-
-        async def keep(event: EventMessage) -> None:
-            data = event.message.model_dump_json(by_alias=True, exclude_unset=True)
-            events.append(f"event: message\nid: {event.event_id}\ndata: {data}\n\n")
-
-        if await SessionEvents(self.events, session).replay_events_after(last, keep) is None:
-            return False  # unknown here too: the SDK answers 404 Session not found
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache, no-transform"),
-                    (b"mcp-session-id", session.encode("latin-1")),
-                ],
-            }
-        )
-        body = "".join(events) + f"retry: {self.retry_ms}\n\n"
-        await send({"type": "http.response.body", "body": body.encode()})
-        return True

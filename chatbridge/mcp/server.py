@@ -8,11 +8,8 @@ where the client can answer them: pushed elicitation (legacy), ``input_required`
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import uuid
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +18,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
@@ -29,10 +26,10 @@ from chatbridge.core.approval import APPROVAL_KEY, Approval
 from chatbridge.core.exceptions import ChatBridgeError
 from chatbridge.core.manager import SessionManager
 from chatbridge.core.plugins import PluginRegistry
-from chatbridge.core.sessions import PluginSession
 from chatbridge.core.tools import McpTool
 from chatbridge.mcp import apps
 from chatbridge.mcp.callers import call_meta, identity_of, quota_of
+from chatbridge.mcp.cancellation import CLIENT_GONE, Cancellations
 from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
@@ -64,10 +61,6 @@ __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 logger = logging.getLogger("chatbridge.mcp")
 
 RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
-CLIENT_GONE = "the MCP client went away"
-# The request was cancelled: notifications/cancelled, or the client ended its session (DELETE).
-CLIENT_CANCELLED = "the MCP client cancelled the call"
-CANCELLED_BY = "mcp-client"  # aborted_by of such a call
 NO_WAY_TO_ASK = (
     "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
     "elicitation capability and its logging level hides the notices questions travel as. "
@@ -100,15 +93,6 @@ def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
     request = getattr(ctx, "request", None)
     headers = getattr(request, "headers", None)
     return str(headers.get(name, "")) if headers is not None else ""
-
-
-def _cancelled_by_client(ctx: ServerRequestContext[Any, Any]) -> bool:
-    """Was the request cancelled by the client's ``notifications/cancelled`` (rather than by
-    its session ending)? The SDK (2.3) keeps that on the request's dispatch context, which the
-    lowlevel context reaches only through its session."""
-    outbound = getattr(ctx.session, "_request_outbound", None)
-    event = getattr(outbound, "cancel_requested", None)
-    return bool(event is not None and event.is_set())
 
 
 def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -164,7 +148,7 @@ class McpBridge:
         self.rounds = Rounds(
             manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
         )
-        self._aborts: set[asyncio.Task[None]] = set()
+        self._cancelled = Cancellations()  # calls whose request ended: aborted, or told
         self.caps = CallCaps(settings.max_calls_per_caller)
         self.server: Server[Any] = Server(
             settings.name,
@@ -363,41 +347,9 @@ class McpBridge:
             await session.abort(CLIENT_GONE)
             event = await session.wait_finished()
         except BaseException:  # the request was cancelled, or its session ended
-            reason = CLIENT_CANCELLED if _cancelled_by_client(ctx) else CLIENT_GONE
-            self._abort_later(session, reason, ctx)
+            self._cancelled.abort_later(session, ctx)
             raise
         return terminal_result(session, event)
-
-    def _abort_later(
-        self, session: PluginSession, reason: str, ctx: ServerRequestContext[Any, Any]
-    ) -> None:
-        """Abort from a cancelled request: in a task of its own, which nothing cancels. A
-        call that had committed is not stopped: its client (if still connected) is told how
-        it ended in a log notification, its cancelled request having no response."""
-        if session.finished:
-            return
-
-        async def abort() -> None:
-            by = CANCELLED_BY if reason == CLIENT_CANCELLED else None
-            if await session.abort(reason, by=by) in ("aborted", "ended"):
-                return
-            ended = await session.wait_finished()
-            note = getattr(ended, "commitment", None)
-            if note is None or not note.text():
-                return
-            data = {"call": session.id, "message": note.text(), "commitment": note.to_dict()}
-            if ended.type == "completed":
-                data["result"] = ended.result
-            if not hears(ctx, "warning"):
-                return
-            # Not on the cancelled request's stream (it has none now): the session's own.
-            with warnings.catch_warnings(), contextlib.suppress(Exception):  # client gone
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                await ctx.session.send_log_message("warning", data, logger="chatbridge")
-
-        task = asyncio.get_running_loop().create_task(abort())
-        self._aborts.add(task)
-        task.add_done_callback(self._aborts.discard)
 
     async def _round(
         self,
