@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -132,12 +133,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests run with the production settings, which serve collected static files: collect
-    them before any test module builds the ASGI app (whitenoise reads the folder then)."""
+    them before any test module builds the ASGI app (whitenoise reads the folder then). With
+    parallel workers (pytest-xdist) the main process collects them once, before any worker
+    starts: workers collecting into one folder at once would race."""
     import django
     from django.core.management import call_command
 
     django.setup()
-    call_command("collectstatic", "--noinput", "-v0")
+    if not hasattr(config, "workerinput"):
+        call_command("collectstatic", "--noinput", "-v0")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A parallel worker hands what the reliability suite counted to the main process."""
+    from tests.reliability import COUNTS
+
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["reliability_counts"] = json.dumps(COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The main process gathers the counts of each parallel worker (pytest-xdist's hook)."""
+    from tests.reliability import COUNTS
+
+    counts = getattr(node, "workeroutput", {}).get("reliability_counts")
+    if counts:
+        COUNTS.update(json.loads(counts))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

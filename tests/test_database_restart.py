@@ -221,7 +221,10 @@ async def test_postgres_restarts_under_load_lose_no_booking_and_pages_get_503(
         async def pay_all(payments: list[dict[str, Any]]) -> list[dict[str, Any]]:
             async def one(chat: RemoteChat, payment: dict[str, Any]) -> Any:
                 await pay(http, payment["url"])
-                return await next_step(chat, "tool_call", status="completed")
+                finished = await next_step(chat, "tool_call", status="completed")
+                # Its result is on record as the tool message before the turn is done.
+                await next_step(chat, "conversation_state", phase="done")
+                return finished
 
             return await each([one(c, p) for c, p in zip(chats, payments, strict=True)])
 

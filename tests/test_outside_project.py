@@ -21,7 +21,9 @@ from playwright.async_api import Browser, expect
 
 from tests.servers import ROOT, free_port, stop, wait_for_port
 
-pytestmark = pytest.mark.slow
+# Building the wheel and a fresh virtual environment takes half a minute idle, minutes under
+# load (the fixture's setup counts against the timeout).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 GUIDE = ROOT / "docs" / "install.md"
 TOKEN = "outside-project-token"

@@ -61,6 +61,9 @@ async def test_a_redis_outage_closes_no_socket_and_drops_no_answer(
         done = await chat.next("tool_call", status="completed", timeout=30)
         assert (done["result"]["booked"], done["result"]["seat"]) == (True, label)
         await reloaded.next("tool_call", status="completed", timeout=30)
+        # The turn goes on past the tool's card: its result is on record as the tool message
+        # before the model's reply, and the turn is done after that.
+        await chat.next("conversation_state", phase="done", timeout=30)
         errors = [e for c in (chat, reloaded) for e in c.events if e["type"] == "error"]
         assert errors == []
         for client in (chat, reloaded):

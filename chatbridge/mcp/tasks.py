@@ -265,6 +265,11 @@ class Tasks(Extension):
         the requester's, for the links of a task resumed here."""
         self._prune()
         session = self._live(task_id)
+        driver = self._drivers.get(task_id)
+        if session is None and driver is not None:
+            # Its session has just ended here and its driver is recording how: wait for that
+            # (a moment) rather than look for the task on record while its end is being written.
+            await asyncio.wait({driver})
         if session is None and task_id not in self._ended:
             async with self._lock(task_id):  # one takeover at a time in this process
                 session = self._live(task_id)
