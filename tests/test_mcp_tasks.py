@@ -21,6 +21,7 @@ from tests.pages import pay
 from tests.servers import free_port, migrated_env, start_daphne, stop
 from tests.support import BROKEN_CITY
 from tests.test_mcp import free_seat
+from tests.test_mcp_sessions import wait_until
 
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
@@ -567,6 +568,9 @@ async def test_two_workers_serve_one_task_and_one_takes_it_over_when_the_other_d
                 assert question(await on_b.get(task_id))[:2] == (key, "rate")
                 await on_b.update(task_id, {key: trip_answer("rate")})
                 done = await on_b.settled(task_id)
+            # The client is told "completed" as the call ends; its row records the end just
+            # after (B writing it): read it there, before B is stopped.
+            wait_until(lambda: row(task_id)[0] != "running")
         finally:
             stop(a)
             stop(b)
