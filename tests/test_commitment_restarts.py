@@ -129,6 +129,25 @@ async def task_to_payment(client: McpClient) -> tuple[str, str]:
         await client.update(task_id, {key: booking_answer(name, params)})
 
 
+async def task_to_payment_at(base: str) -> tuple[str, str]:
+    async with httpx.AsyncClient() as raw:
+        return await task_to_payment(McpClient(raw, f"{base}/mcp"))
+
+
+async def chat_to_payment_at(base: str) -> tuple[str, str]:
+    """A chat booking answered up to its payment: its call id and the payment page's link."""
+    async with aiohttp.ClientSession() as http:
+        chat = await RemoteChat.open(http, base)
+        await chat.connect(base)
+        flight_id, seats = await chat.book_to_seat()
+        await chat.answer(seats, **free_seat(flight_id))
+        review = await chat.next("elicit", key="review")
+        await chat.answer(review, confirm=True)
+        payment = await chat.next("elicit", key="payment")
+        await chat.close()
+    return str(payment["call_id"]), str(payment["url"])
+
+
 async def test_tasks_cancel_never_leaves_a_payment_without_a_ticket(
     env: dict[str, str],
 ) -> None:
@@ -180,54 +199,40 @@ async def test_a_server_going_away_as_the_payment_lands_loses_no_ticket(
     as, or just after the payment; another server on the same database finishes what was
     paid, with nobody visiting the chat or polling the task."""
     database, port = Path(env["RACE_DATABASE"]), fixed_port()
+    base = f"http://127.0.0.1:{port}"
     tally = Tally()
     trials = max(TRIALS // 8, 4)
-    for trial, offset in enumerate(offsets(trials, seed=how.value)):
-        server = start_uvicorn(port, env)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            async with aiohttp.ClientSession() as http:
-                if trial % 2:
-                    async with httpx.AsyncClient() as raw:
-                        call_id, url = await task_to_payment(McpClient(raw, f"{base}/mcp"))
-                else:
-                    chat = await RemoteChat.open(http, base)
-                    await chat.connect(base)
-                    flight_id, seats = await chat.book_to_seat()
-                    await chat.answer(seats, **free_seat(flight_id))
-                    review = await chat.next("elicit", key="review")
-                    await chat.answer(review, confirm=True)
-                    payment = await chat.next("elicit", key="payment")
-                    call_id, url = payment["call_id"], payment["url"]
+    server = start_uvicorn(port, env)
+    try:
+        for trial, offset in enumerate(offsets(trials, seed=how.value)):
+            call_id, url = await (
+                task_to_payment_at(base) if trial % 2 else chat_to_payment_at(base)
+            )
+            page = Page(url)
+            assert await page.open()
 
-                async def go_away(delay: float, server: Any = server) -> None:
-                    await asyncio.sleep(delay)
-                    server.send_signal(how)
+            async def go_away(delay: float, server: Any = server) -> None:
+                await asyncio.sleep(delay)
+                server.send_signal(how)
 
-                page = Page(url)
-                assert await page.open()
+            async def pay(delay: float, page: Page = page) -> bool | None:
+                await asyncio.sleep(delay)
+                return await page.pay()
 
-                async def pay(delay: float, page: Page = page) -> bool | None:
-                    await asyncio.sleep(delay)
-                    return await page.pay()
-
-                paid, _ = await asyncio.gather(pay(max(-offset, 0)), go_away(max(offset, 0)))
-                # SIGTERM drains and exits on its own (a server that does not is a bug).
-                await asyncio.to_thread(server.wait, 15)
-        finally:
-            if server.poll() is None:
-                stop(server)
-        # Another server takes over (the same address: links handed out still work). A payment
-        # the dying server did not take is made there: a call no worker holds, paid, is
-        # finished too.
-        successor = start_uvicorn(port, env)
-        try:
+            paid, _ = await asyncio.gather(pay(max(-offset, 0)), go_away(max(offset, 0)))
+            # SIGTERM drains and exits on its own (a server that does not is a bug).
+            await asyncio.to_thread(server.wait, 15)
+            # Another server takes over (the same address: links handed out still work), and
+            # serves the next trial. A payment the dying server did not take is made there: a
+            # call no worker holds, paid, is finished too.
+            server = start_uvicorn(port, env)
             if not recorded(database, call_id).paid:
                 assert paid is not True, "the page said paid, but no payment is on record"
                 paid = await pay_page(url)
             record = await asyncio.to_thread(ended, database, call_id)
             tally.add(record, bool(paid if paid is not None else record.paid), None)
-        finally:
-            stop(successor)
+    finally:
+        if server.poll() is None:
+            stop(server)
     assert tally.inconsistent == []
     assert tally.outcomes["paid and ticketed"] + tally.outcomes["paid, then refunded"] == trials
