@@ -620,3 +620,27 @@ def test_the_model_is_told_of_an_abort_no_worker_could_deliver_and_does_not_retr
     tools = [{"type": "function", "function": {"name": live.tool_name, "parameters": {}}}]
     reply = plan_reply(messages, tools)
     assert not reply.tool_calls, reply
+
+
+async def test_a_committed_call_shows_what_became_of_its_commitment() -> None:
+    note = {
+        "key": "payment",
+        "label": "the payment",
+        "outcome": "compensated",
+        "abort_by": "user",
+        "abort_reason": "changed my mind",
+        "compensation": {"refund": "RF-1A2B"},
+    }
+    await ToolSession.objects.acreate(
+        id="call_committed",
+        tool_name="book_flight",
+        status="aborted",
+        committed="payment",
+        commitment=note,
+    )
+    await ToolSession.objects.acreate(id="call_plain", tool_name="book_flight", status="completed")
+    staff = await login(staff=True)
+    page = visible(await change_page(staff, "call_committed"))
+    assert "Commitment" in page and "payment" in page
+    assert "The payment was undone after the request to stop: refund RF-1A2B." in page
+    assert "Commitment" not in visible(await change_page(staff, "call_plain"))

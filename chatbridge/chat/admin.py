@@ -45,6 +45,7 @@ from chatbridge.chat.models import (
 )
 from chatbridge.chat.operations import DEFAULT_ABORT_REASON, abort_tool_session
 from chatbridge.chat.workers import query_workers
+from chatbridge.core.commitment import CommitmentNote
 
 ABORT_TEMPLATE = "admin/chatbridge_chat/toolsession/abort_confirm.html"
 ADMIN_CSS = {"all": ("chatbridge/admin.css",)}
@@ -340,6 +341,7 @@ class ToolSessionAdmin(ReadOnlyAdmin):
         ),
         ("Arguments and outcome", {"fields": ("arguments_json", "result_json", "error_text")}),
         ("Abort", {"fields": ("aborted_by", "abort_reason", "aborted")}),
+        ("Commitment", {"fields": ("committed", "commitment_text", "commitment_json")}),
         (
             "Pending question",
             {
@@ -370,6 +372,8 @@ class ToolSessionAdmin(ReadOnlyAdmin):
             empty.add("Abort")
         if not obj.pending_key:
             empty.add("Pending question")
+        if not obj.committed:
+            empty.add("Commitment")
         if not (obj.logs or obj.progress):
             empty.add("Log and progress")
         return [(name, options) for name, options in fieldsets if name not in empty]
@@ -464,6 +468,19 @@ class ToolSessionAdmin(ReadOnlyAdmin):
     @admin.display(description="meta")
     def meta_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.meta or None)
+
+    @admin.display(description="what became of it")
+    def commitment_text(self, session: ToolSession) -> str:
+        note = session.commitment or {}
+        if "outcome" in note:
+            return CommitmentNote.from_dict(note).text() or "finished"
+        if "abort_reason" in note:
+            return f"asked to stop ({note['abort_reason']}); it finishes or compensates"
+        return "committed; running" if session.active else "finished"
+
+    @admin.display(description="record")
+    def commitment_json(self, session: ToolSession) -> SafeString | str:
+        return folded_json(session.commitment or None)
 
     @admin.display(description="log lines (the last 50)")
     def logs_json(self, session: ToolSession) -> SafeString | str:
