@@ -55,10 +55,11 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     inconsistent: list[str] = field(default_factory=list)
 
-    def add(self, record: Record, page_said_paid: bool, told: Told) -> None:
+    def add(self, record: Record, page_said_paid: bool, told: Told, said: str = "") -> None:
+        """One trial; ``said``: the words the one who asked to stop got, kept for a failure."""
         why = inconsistency(record, page_said_paid, told)
         if why is not None:
-            self.inconsistent.append(f"{record.call_id}: {why}")
+            self.inconsistent.append(f"{record.call_id}: {why} ({said or 'nothing said'})")
         self.outcomes[outcome(record)] += 1
 
 

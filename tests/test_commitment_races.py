@@ -102,19 +102,23 @@ async def test_a_paid_chat_booking_is_always_ticketed_or_refunded(
 ) -> None:
     tally = Tally()
     for offset in offsets():
+        replies: list[str] = []  # what an operator was told
         chat = await ChatClient.start()
         try:
             payment = await chat_to_payment(chat)
             call_id = payment["call_id"]
 
-            async def stop(chat: ChatClient = chat, call_id: str = call_id) -> Told:
+            async def stop(
+                chat: ChatClient = chat, call_id: str = call_id, replies: list[str] = replies
+            ) -> Told:
                 if path == "chat":
                     await chat.send({"type": "abort", "session_id": call_id, "reason": "race"})
                     return None  # what it was told comes on the socket (below)
                 if path == "operator":
                     row = await ToolSession.objects.aget(pk=call_id)
                     said = await sync_to_async(abort_tool_session)(row, operator="ops")
-                    if "was not stopped" in said:
+                    replies.append(said)
+                    if "was not stopped" in said or "was not marked aborted" in said:
                         return "committed"
                     return "stopped" if "aborted" in said else None
                 session = fresh_runtime.manager.get(call_id)
@@ -137,7 +141,7 @@ async def test_a_paid_chat_booking_is_always_ticketed_or_refunded(
                 elif end["status"] == "aborted":
                     told = "stopped"
             record = await sync_to_async(recorded)(call_id)
-            tally.add(record, page_paid, told)
+            tally.add(record, page_paid, told, " / ".join(replies))
         finally:
             await chat.close()
     logging.getLogger("races").warning("chat %s: %s", path, dict(tally.outcomes))

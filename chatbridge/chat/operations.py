@@ -52,6 +52,8 @@ def abort_tool_session(
         worker = reply["worker"]
         if reply.get("said"):
             return f"Session {session.id} on worker {worker} was not stopped: {reply['said']}"
+        if reply.get("decision") == "pending":
+            return f"Session {session.id}: worker {worker} took the abort; it is under way."
         return f"Session {session.id} aborted on worker {worker}."
     # No worker holds it. A call that has not committed is ended on record; the update is
     # conditional, so a page committing it (a payment, marked in the same transaction as its

@@ -145,7 +145,8 @@ async def _handle(layer: Any, message: dict[str, Any]) -> None:
     manager = current_runtime().manager
     if message.get("type") == "workers.abort":
         session = manager.get(str(message.get("session_id")))
-        if session is not None:  # answer with the decision: the operator waits for it, not the end
+        if session is not None:  # held here: say so at once, then what the abort decided
+            await layer.send(message["reply_to"], {"type": "workers.held", "worker": WORKER_ID})
             reason, by = str(message.get("reason")), str(message.get("by") or "")
             decision = await session.stop(reason, by=by)
             commitment = session.commitment
@@ -288,16 +289,27 @@ async def query_workers(timeout: float = 0.5) -> list[dict[str, Any]]:
 
 
 async def broadcast_abort(
-    session_id: str, reason: str, by: str, timeout: float = 3.0
+    session_id: str, reason: str, by: str, timeout: float = 3.0, decided_within: float = 15.0
 ) -> dict[str, Any] | None:
     """Ask whichever worker holds ``session_id`` to abort it; its reply (``worker``,
-    ``decision``, and ``said`` for a committed call), or None if no worker holds it."""
-    replies = await _gather(
-        {"type": "workers.abort", "session_id": session_id, "reason": reason, "by": by},
-        timeout,
-        1,
-    )
-    return replies[0] if replies else None
+    ``decision``, and ``said`` for a committed call), or None if no worker holds it.
+
+    The holder says it holds the call at once (within ``timeout``), then what the abort
+    decided; a holder that is slow to decide is still the holder (``decision`` "pending"):
+    nobody else may end its call on record meanwhile."""
+    layer = get_channel_layer()
+    assert layer is not None
+    reply_to = await layer.new_channel()
+    abort = {"type": "workers.abort", "session_id": session_id, "reason": reason, "by": by}
+    await layer.group_send(WORKERS_GROUP, {**abort, "reply_to": reply_to})
+    try:
+        held = await asyncio.wait_for(layer.receive(reply_to), timeout)
+    except TimeoutError:
+        return None
+    try:
+        return dict(await asyncio.wait_for(layer.receive(reply_to), decided_within))
+    except TimeoutError:
+        return {"worker": held.get("worker"), "decision": "pending"}
 
 
 async def deliver_page_answer(

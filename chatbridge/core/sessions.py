@@ -291,7 +291,7 @@ class PluginSession(SessionQuestions):
             self._state.aborted = SessionAborted(self.id, reason)
             if self._pending is not None and not self._pending[1].done():
                 self._pending[1].set_exception(self._state.aborted)
-            elif self._task is not None and self._task is not asyncio.current_task():
+            elif self._task is not None:
                 self._task.cancel(reason)
         if self._task is None:
             self._finish(AbortedEvent(self.id, reason), "aborted")
