@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -138,6 +139,20 @@ def start_daphne(
     """daphne serving the project on ``port`` (with extra command-line ``options``)."""
     command = ["daphne", *options, "-b", "127.0.0.1", "-p", str(port)]
     return start_module([*command, "chatbridge.asgi:application"], port, env, log=log)
+
+
+@contextlib.contextmanager
+def daphne_site(tmp: Path, **settings: str) -> Iterator[str]:
+    """daphne on a fresh database in ``tmp`` with ``settings`` from the environment; its base
+    URL while the block runs (its log is ``tmp/daphne.log``)."""
+    env = migrated_env(tmp / "db.sqlite3")
+    env.update(settings)
+    port = free_port()
+    proc = start_daphne(port, env, log=tmp / "daphne.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
 
 
 def start_uvicorn(

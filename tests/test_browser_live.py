@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.servers import daphne_site
 from tests.test_browser import ARTIFACTS, BOOK, ask_for_flights, open_chat
 
 AT_BOTTOM = "() => window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 2"
@@ -38,15 +38,10 @@ async def assert_accessible(page: Page, state: str) -> None:
 @pytest.fixture(scope="module")
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server whose offline model writes slowly (a pause between pieces), to be stopped."""
-    tmp: Path = tmp_path_factory.mktemp("slow")
-    env = migrated_env(tmp / "db.sqlite3")
-    env["CHATBRIDGE_OFFLINE_STREAM_DELAY"] = "0.25"
-    port = free_port()
-    proc = start_daphne(port, env, log=tmp / "daphne.log")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
+    with daphne_site(
+        tmp_path_factory.mktemp("slow"), CHATBRIDGE_OFFLINE_STREAM_DELAY="0.25"
+    ) as base:
+        yield base
 
 
 def composer(page: Page):

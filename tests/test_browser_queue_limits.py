@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.async_api import Browser, expect
 
-from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.servers import daphne_site
 from tests.test_browser import ask_for_flights, open_chat
 
 pytestmark = pytest.mark.slow  # a server process of its own
@@ -19,15 +18,10 @@ pytestmark = pytest.mark.slow  # a server process of its own
 @pytest.fixture(scope="module")
 def capped_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server keeping one queued message per chat (set from the environment)."""
-    tmp: Path = tmp_path_factory.mktemp("capped")
-    env = migrated_env(tmp / "db.sqlite3")
-    env["CHATBRIDGE_QUEUE_PER_CONVERSATION"] = "1"
-    port = free_port()
-    proc = start_daphne(port, env, log=tmp / "daphne.log")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
+    with daphne_site(
+        tmp_path_factory.mktemp("capped"), CHATBRIDGE_QUEUE_PER_CONVERSATION="1"
+    ) as base:
+        yield base
 
 
 async def test_send_anyway_past_the_cap_is_refused_and_the_text_stays(
