@@ -83,7 +83,7 @@ test:
 # The inner loop (under a minute here): lint, types, and the tests that need no server
 # process, browser or service (pytest -m "not slow and not browser and not services").
 test-fast: lint typecheck
-	$(BIN)/python -m pytest -m "not slow and not browser and not services" -q $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services" -q $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
