@@ -16,6 +16,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+from django.contrib.admin.utils import quote
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -526,7 +527,8 @@ async def test_staff_see_an_mcp_call_in_the_admin_and_abort_it() -> None:
         assert info.id in listing and "pick_flight: Select your flight" in listing
         active = (await staff.get(CHANGELIST + "active/")).content.decode()
         assert info.id in active
-        response = await staff.post(f"{CHANGELIST}{info.id}/abort/", {"reason": "maintenance"})
+        url = f"{CHANGELIST}{quote(info.id)}/abort/"
+        response = await staff.post(url, {"reason": "maintenance"})
         assert response.status_code == 302
         result = await asyncio.wait_for(call, 10)
     assert result.is_error
