@@ -44,6 +44,7 @@ serve: migrate static
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy
