@@ -49,12 +49,16 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-# The browser tests drive Debian's chromium; install it when missing and we are root.
+# What the tests need from the distribution: chromium (the browser tests) and haproxy (the
+# balancer of the cluster tests), installed in one apt-get run when missing and we are root.
+SYSTEM_PACKAGES := chromium haproxy
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@missing=""; for package in $(SYSTEM_PACKAGES); do \
+	  PATH="$$PATH:/usr/sbin" command -v $$package >/dev/null 2>&1 || missing="$$missing $$package"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium is missing: install it (apt-get install chromium) to run the browser tests" >&2; fi; }
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "missing:$$missing; install them (apt-get install$$missing) to run the tests that need them" >&2; fi; fi
 
 # The MCP clients nobody here wrote (tests/clients/package.json, pinned by its lock, Node 22
 # included), installed from npm's cache when the lock changed. Without npm the tests that need

@@ -423,16 +423,14 @@ def main() -> None:
                 "",
                 table(RUNG_HEADERS, rung_rows(pg_results[workers][0])),
             ]
-        goals.append(
-            [
-                "Redis + PostgreSQL capacity, 1 and 2 workers, reported (2 cores shared with "
-                "the client)",
-                f"1 worker {one:g}/s, 2 workers {two:g}/s ({two / one:.2f}×)"
-                if one
-                else f"1 worker {one:g}/s, 2 workers {two:g}/s",
-                goal(bool(pg_results[1][0]) and bool(pg_results[2][0])),
-            ]
-        )
+        # A figure, not a goal (issue 28): what a booking costs the shared services is
+        # bounded, and can fail, in bench/cluster.py.
+        scaled = f" ({two / one:.2f}×)" if one else ""
+        body += [
+            "",
+            f"Redis + PostgreSQL capacity (reported, not a goal; 2 cores shared with the "
+            f"client): 1 worker {one:g}/s, 2 workers {two:g}/s{scaled}.",
+        ]
     elif pg_note:
         body += ["", pg_note]
     body += ["", table(["goal", "measured", "status"], goals)]

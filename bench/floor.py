@@ -61,7 +61,7 @@ async def _measure(completions: int, warmup: int) -> dict[str, Any]:
     from django.conf import settings
 
     from chatbridge.chat.registry import get_registry
-    from chatbridge.core.completion import Completion, stream_completion
+    from chatbridge.engine.completion import Completion, stream_completion
     from chatbridge.llm import litellm_module
 
     model = settings.CHATBRIDGE_MODEL

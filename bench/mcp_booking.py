@@ -57,7 +57,7 @@ class Person:
     async def __call__(self, context: Any, params: Any) -> Any:
         import mcp_types as types
 
-        from chatbridge.core.model_context import extract_context
+        from chatbridge.author.model_context import extract_context
         from plugins.book_flight.data import SeatMap
 
         self.questions += 1

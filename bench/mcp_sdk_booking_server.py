@@ -20,7 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from bench.mcp_sdk_server import serve  # noqa: E402
-from chatbridge.core.model_context import encode_message  # noqa: E402
+from chatbridge.author.model_context import encode_message  # noqa: E402
 from plugins.book_flight.data import find_flight, search_flights, seat_map_for  # noqa: E402
 
 

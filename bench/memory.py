@@ -1,6 +1,6 @@
 """Memory per suspended session: 10,000 tool calls each waiting on one question, one process.
 
-Two set-ups of ``chatbridge.core.SessionManager``: durable, as the runtime builds it (the
+Two set-ups of ``chatbridge.SessionManager``: durable, as the runtime builds it (the
 recorder as observer and journal store, writing each call's row, its question and its journal
 through the runtime's writer to a temporary SQLite database, and the idle timeout's timer), and
 bare (no observer, nothing written), for information. RSS (VmRSS) before and after creating the
@@ -27,9 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pydantic import BaseModel, Field  # noqa: E402
 
 from bench.common import append_results, goal, rss_kib, table  # noqa: E402
-from chatbridge import ToolContext, create_mcp_tool  # noqa: E402
-from chatbridge.core import SessionManager  # noqa: E402
-from chatbridge.core.sampling import SampleRequest, SampleResult  # noqa: E402
+from chatbridge import (  # noqa: E402
+    SessionManager,  # noqa: E402
+    ToolContext,
+    create_mcp_tool,
+)
+from chatbridge.author.sampling import SampleRequest, SampleResult  # noqa: E402
 
 GOAL_KIB = 5.0
 
@@ -81,7 +84,7 @@ async def create_many(manager: SessionManager, prefix: str, count: int) -> list[
 
 def durable_manager() -> SessionManager:
     """The manager as the runtime builds it, on a temporary SQLite database."""
-    from chatbridge.chat.recorder import DjangoRecorder
+    from chatbridge.records.recorder import DjangoRecorder
 
     recorder = DjangoRecorder()
     return SessionManager(
@@ -90,7 +93,7 @@ def durable_manager() -> SessionManager:
 
 
 async def flushed() -> None:
-    from chatbridge.chat.writer import flush
+    from chatbridge.records.writer import flush
 
     await flush()
 
@@ -159,7 +162,7 @@ async def main() -> None:
     args = parser.parse_args()
     n = args.sessions
     await asyncio.to_thread(setup_django)
-    from chatbridge.chat.writer import Writer
+    from chatbridge.records.writer import Writer
 
     writer = Writer()
     await writer.start()

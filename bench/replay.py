@@ -28,9 +28,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from pydantic import BaseModel, Field  # noqa: E402
 
 from bench.common import append_results, goal, summary_ms, table  # noqa: E402
-from chatbridge import Accept, ToolContext, create_mcp_tool  # noqa: E402
-from chatbridge.core import SessionManager  # noqa: E402
-from chatbridge.core.sampling import SampleRequest, SampleResult  # noqa: E402
+from chatbridge import (  # noqa: E402
+    Accept,
+    SessionManager,  # noqa: E402
+    ToolContext,
+    create_mcp_tool,
+)
+from chatbridge.author.sampling import SampleRequest, SampleResult  # noqa: E402
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -119,7 +123,7 @@ async def book_flight_journal(manager: SessionManager) -> list[dict[str, Any]]:
 
 
 async def redis_hops(n: int) -> dict[str, list[float]]:
-    from channels_redis.core import RedisChannelLayer  # type: ignore[import-untyped]
+    from channels_redis.core import RedisChannelLayer
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     config = {"address": REDIS_URL, "socket_timeout": None, "max_connections": 1000}

@@ -26,6 +26,7 @@ FULL = {
     "memory_bookings": ["--bookings", "1000", "--warmup", "50", "--wave", "50"],
     "replay": ["--iterations", "500"],
     "capacity": ["--ladder", "2,5,10,15,20,30,40,60,80", "--seconds", "15"],
+    "cluster": ["--bookings", "10"],
 }
 QUICK = {
     "elicit_roundtrip": ["--iterations", "60", "--warmup", "10", "--bookings", "10"],
@@ -37,6 +38,7 @@ QUICK = {
         "--ladder", "5,10", "--seconds", "4", "--completions", "40", "--warmup", "10",
         "--pg-ladder", "5", "--pg-seconds", "4", "--no-bisect", "--grace", "15",
     ],
+    "cluster": ["--bookings", "3"],
 }  # fmt: skip
 OPTIONAL = {
     "load": ["--server", "uvicorn", "--chats", "1000", "--spread", "30", "--think", "0.5",

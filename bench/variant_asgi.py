@@ -18,7 +18,8 @@ variant = {v.strip() for v in os.environ.get("BENCH_VARIANT", "").split(",") if 
 from channels.consumer import get_handler_name  # noqa: E402
 
 from chatbridge.asgi import application as _application  # noqa: E402
-from chatbridge.chat import consumers, recorder, store  # noqa: E402
+from chatbridge.chat import consumers  # noqa: E402
+from chatbridge.records import recorder, store  # noqa: E402
 
 if "noclose" in variant:
 

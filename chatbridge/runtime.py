@@ -23,20 +23,23 @@ import asyncio
 import contextvars
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
+from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
 from chatbridge.conf import setting
 
-__all__ = ["ChatBridgeRuntime", "RuntimeNotRunning", "current_runtime", "daphne_hooks", "lifespan"]
+__all__ = [
+    "READY_PATH",
+    "ChatBridgeRuntime",
+    "RuntimeNotRunning",
+    "current_runtime",
+    "daphne_hooks",
+    "lifespan",
+]
 
 logger = logging.getLogger("chatbridge")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RuntimeNotRunning(RuntimeError):
@@ -52,6 +55,7 @@ class RuntimeNotRunning(RuntimeError):
 # Transports whose call is carried by one open request (see ``_end_calls_held_by_requests``).
 HELD_BY_REQUEST = ("mcp-push", "mcp-respond")
 RESTARTING = "the server is restarting; call the tool again"
+READY_PATH = "/readyz"  # a balancer's readiness check (``lifespan``)
 
 _current: ChatBridgeRuntime | None = None
 _starting: asyncio.Future[None] | None = None  # daphne: requests wait for the start-up
@@ -69,20 +73,22 @@ class ChatBridgeRuntime:
 
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
+        from chatbridge.author.sampling import LiteLLMSampler
+        from chatbridge.calls.manager import SessionManager
         from chatbridge.chat.broadcast import publish
         from chatbridge.chat.commitments import CommitmentSweeper
-        from chatbridge.chat.links import DjangoUrlLinks
-        from chatbridge.chat.recorder import DjangoRecorder
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
-        from chatbridge.chat.retention import Retention
-        from chatbridge.chat.store import DjangoStore
+        from chatbridge.chat.worker_listener import WorkerListener
         from chatbridge.chat.workers import ChannelPeers
-        from chatbridge.chat.writer import Writer
-        from chatbridge.core.engine import ChatHub
-        from chatbridge.core.manager import SessionManager
-        from chatbridge.core.sampling import LiteLLMSampler
+        from chatbridge.engine.engine import ChatHub
         from chatbridge.mcp.endpoint import build_mcp_endpoint
+        from chatbridge.mcp.parked import ParkedCalls
+        from chatbridge.records.recorder import DjangoRecorder
+        from chatbridge.records.retention import Retention
+        from chatbridge.records.store import DjangoStore
+        from chatbridge.records.url_links import DjangoUrlLinks
+        from chatbridge.records.writer import Writer
 
         timeout = setting("CHATBRIDGE_SESSION_IDLE_TIMEOUT")
         self.drain_grace, self.listen = drain_grace, listen
@@ -109,9 +115,21 @@ class ChatBridgeRuntime:
             peers=ChannelPeers(),
         )
         self.mcp = build_mcp_endpoint(self.manager)
+        bridge = self.mcp.bridge
+        self.listener = WorkerListener(
+            self.manager,
+            self.hub,
+            bridge.tasks.serve_routed,
+            bridge.serve_routed_round,
+            self.mcp.relay.take if self.mcp.relay is not None else None,
+        )
         sweep = setting("CHATBRIDGE_COMMITMENT_SWEEP")
-        self.commitments = CommitmentSweeper(self, sweep if sweep and sweep > 0 else None)
+        self.commitments = CommitmentSweeper(
+            self.manager, self.hub, sweep if sweep and sweep > 0 else None
+        )
         self.retention = Retention()  # ended calls past CHATBRIDGE_RETENTION_DAYS, hourly
+        # 2026-07-28 calls and tasks parked by a worker that is gone, past their state's ttl
+        self.parked = ParkedCalls(setting("CHATBRIDGE_MCP_STATE_TTL"))
         self.state = "new"  # → running → closing → closed
 
     @classmethod
@@ -130,14 +148,13 @@ class ChatBridgeRuntime:
             raise RuntimeError(f"this runtime cannot start: it is {self.state}")
         if _current is not None:
             raise RuntimeError("another ChatBridge runtime is running in this process")
-        from chatbridge.chat.workers import ensure_listener
-
         await self.writer.start()
         self.manager.start()
         await self.mcp.start()
         if self.listen:
-            ensure_listener()
+            self.listener.start()
         self.retention.start()
+        self.parked.start()
         self.state = "running"
         _current = self
         self.commitments.start()  # committed calls no live worker holds are finished here
@@ -153,16 +170,15 @@ class ChatBridgeRuntime:
         self.state = "closing"
         try:
             if started:
-                from chatbridge.chat.workers import stop_listener
-
                 await self.commitments.aclose()
                 await self.retention.aclose()
+                await self.parked.aclose()
                 await self.hub.close()  # turns stop; nothing is recorded as ended
                 await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)
                 await self.mcp.aclose()
                 if self.listen:
-                    await stop_listener()
+                    await self.listener.aclose()
                 await self.writer.aclose()
                 if parked:
                     logger.info("parked %d live tool call(s); they resume on restart", len(parked))
@@ -198,15 +214,22 @@ class ChatBridgeRuntime:
         await self.aclose()
 
 
-def lifespan(app: App, factory: Callable[[], ChatBridgeRuntime]) -> App:
+def lifespan(app: ASGIApp, factory: Callable[[], ChatBridgeRuntime]) -> ASGIApp:
     """``app`` with the ASGI lifespan: startup builds and starts a runtime, shutdown closes it.
 
     Every other scope goes to ``app``; while no runtime runs, HTTP gets a 503 that says why.
+    ``GET /readyz`` is the readiness check of a balancer: 200 while the runtime runs, else 503
+    (starting, or draining after SIGTERM), answered here, before Django (no host check, no
+    session, no database).
     """
 
     async def with_lifespan(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _serve_lifespan(factory, receive, send)
+            return
+        if scope["type"] == "http" and scope["path"] == READY_PATH:
+            ready = _current is not None and _current.running
+            await _plain(send, 200 if ready else 503, b"ready\n" if ready else b"not ready\n")
             return
         if _current is None and _starting is not None and scope["type"] != "lifespan":
             await asyncio.shield(_starting)
@@ -246,14 +269,14 @@ async def _serve_lifespan(
 
 
 async def _unavailable(send: Send) -> None:
-    body = str(RuntimeNotRunning()).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1")],
-        }
-    )
+    await _plain(send, 503, str(RuntimeNotRunning()).encode())
+
+
+async def _plain(send: Send, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store")]
+    if status == 503:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from chatbridge.runtime import App, Receive, Scope, Send
+from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["MCP_PATH", "get_asgi_application"]
 
@@ -40,32 +40,30 @@ def _import_litellm() -> None:
     gc.freeze()
 
 
-def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> App:
-    """Django (with static files in debug when nothing else serves them), the chat's
+def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIApp:
+    """Django (with static files when no middleware serves them), the chat's
     WebSocket at ``/ws/chat/<id>/`` (same origin only, the session's user), the MCP endpoint at
     ``/mcp``, and the runtime, started by the ASGI lifespan or daphne's reactor.
 
     ``websocket_urlpatterns``: the project's own Channels routes, served next to the chat's
     (behind the same origin check and session)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
-    from chatbridge.http_handler import get_asgi_application as django_application
+    from django.conf import settings
 
-    django_app: Any = django_application()  # sets Django up: models and consumers import now
+    from chatbridge.http_handler import django_application
+
+    # Sets Django up: models and consumers import now. Static files unless a middleware of the
+    # project serves them.
+    django_app = django_application(serve_static=not _static_served(settings.MIDDLEWARE))
 
     from channels.auth import AuthMiddlewareStack
     from channels.routing import ProtocolTypeRouter, URLRouter
-    from django.conf import settings
 
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.origins import SameOriginValidator
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
     from chatbridge.mcp.resource import METADATA_PATHS
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
-
-    if settings.DEBUG and not _static_served(settings.MIDDLEWARE):
-        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-        django_app = ASGIStaticFilesHandler(django_app)  # what runserver does in debug
 
     threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()
     for problem in static_files_collected():  # pages would fail: say why, once, at start-up
@@ -97,4 +95,4 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> App:
 
 
 def _static_served(middleware: list[str]) -> bool:
-    return any("whitenoise" in name for name in middleware)
+    return any("whitenoise" in name or "servestatic" in name for name in middleware)

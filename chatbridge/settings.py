@@ -80,8 +80,6 @@ MIDDLEWARE = [
     # First: a request that fails because the database is away gets a 503, never a 500.
     "chatbridge.chat.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Static files in every mode: collected and hashed in production, from the apps in debug.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -91,6 +89,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # The chat's pages send ChatBridge's policy (CHATBRIDGE_CSP), the others this site's.
     "csp.middleware.CSPMiddleware",
+    # Last: synchronous only, so the chain above runs in one thread hop (chatbridge.http_handler;
+    # static files are answered before Django, by chatbridge.serving).
+    "chatbridge.http_handler.OneThreadHop",
 ]
 # This site's other pages (the admin, the 404 page) run under the chat's strict policy too.
 CONTENT_SECURITY_POLICY = {"DIRECTIVES": DEFAULTS["CHATBRIDGE_CSP"]}
@@ -144,6 +145,16 @@ CHANNEL_LAYERS: dict[str, Any] = {
     if _redis_url
     else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
 }
+if _redis_url:
+    # A conversation's events, to the other workers that show it, and what each worker shows
+    # (chatbridge.chat.viewers): one PUBLISH each, nothing kept in Redis.
+    CHANNEL_LAYERS["chatbridge-events"] = {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {
+            "hosts": [{"address": _redis_url, "socket_timeout": None}],
+            "prefix": os.environ.get("CHATBRIDGE_REDIS_PREFIX", "asgi") + ":events",
+        },
+    }
 # MCP clients that reconnect to another worker find their streams' events in the same Redis.
 CHATBRIDGE_MCP_EVENTS_REDIS = _redis_url or ""
 CHATBRIDGE_MCP_EVENTS_PREFIX = f"{os.environ.get('CHATBRIDGE_REDIS_PREFIX', 'asgi')}:mcp-events"
@@ -170,10 +181,9 @@ STORAGES = {
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "servestatic.storage.CompressedManifestStaticFilesStorage"
     },
 }
-WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ChatBridge

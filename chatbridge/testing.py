@@ -24,12 +24,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from chatbridge.core.approval import APPROVAL_KEY
-from chatbridge.core.elicit import Accept, Cancel, Decline, ElicitKey, ElicitRequest
-from chatbridge.core.exceptions import ElicitValidationError
-from chatbridge.core.manager import SessionManager
-from chatbridge.core.sampling import LiteLLMSampler
-from chatbridge.core.tools import McpTool
+from chatbridge.author.approval import APPROVAL_KEY
+from chatbridge.author.elicit import Accept, Cancel, Decline, ElicitKey, ElicitRequest
+from chatbridge.author.exceptions import ElicitValidationError
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.author.tools import McpTool
+from chatbridge.calls.drive import EndEvent, Pause, drive
+from chatbridge.calls.events import CompletedEvent, FailedEvent, LogEvent, ProgressEvent
+from chatbridge.calls.manager import SessionManager
 
 __all__ = ["ToolRun", "UnexpectedQuestion", "run_tool"]
 
@@ -110,24 +112,52 @@ async def run_tool(
     manager = SessionManager(sampler=LiteLLMSampler(model), idle_timeout=None)
     session = await manager.create(tool, params if params is not None else {}, call_id="test-call")
     try:
-        while True:
-            event = await asyncio.wait_for(session.next_event(), timeout)
-            if event.type == "log":
-                run.logs.append((event.level, event.message, event.data))
-            elif event.type == "progress":
-                run.progress.append((event.message, event.progress, event.total))
-            elif event.type == "elicit":
-                run.questions.append(event.request)
-                await _respond(session, event.request, scripts, run)
-            else:
-                run.status = event.type
-                if event.type == "completed":
-                    run.result = event.result
-                else:
-                    run.error = event.error if event.type == "failed" else event.reason
-                return run
+        async with asyncio.timeout(timeout) as deadline:
+            return await drive(session, _ScriptHost(session, scripts, run, deadline, timeout))
     finally:
         await manager.shutdown("the test ended")
+
+
+class _ScriptHost:
+    """The script as a ``Host`` (``chatbridge.calls.drive``): it answers each question from
+    its list and keeps what the tool logged and reported; each event restarts ``timeout``."""
+
+    def __init__(
+        self,
+        session: Any,
+        scripts: dict[str, list[Answer]],
+        run: ToolRun,
+        deadline: asyncio.Timeout,
+        timeout: float,
+    ) -> None:
+        self.session, self.scripts, self.run = session, scripts, run
+        self.deadline, self.timeout = deadline, timeout
+
+    def _heard(self) -> None:
+        self.deadline.reschedule(asyncio.get_running_loop().time() + self.timeout)
+
+    async def question(self, request: ElicitRequest) -> Pause[ToolRun] | None:
+        self._heard()
+        self.run.questions.append(request)
+        await _respond(self.session, request, self.scripts, self.run)
+        return None
+
+    async def log(self, event: LogEvent) -> None:
+        self._heard()
+        self.run.logs.append((event.level, event.message, event.data))
+
+    async def progress(self, event: ProgressEvent) -> None:
+        self._heard()
+        self.run.progress.append((event.message, event.progress, event.total))
+
+    async def ended(self, event: EndEvent) -> ToolRun:
+        run = self.run
+        run.status = event.type
+        if isinstance(event, CompletedEvent):
+            run.result = event.result
+        else:
+            run.error = event.error if isinstance(event, FailedEvent) else event.reason
+        return run
 
 
 async def _respond(

@@ -80,7 +80,14 @@ class RemoteChat:
         while True:
             remaining = deadline - loop.time()
             assert remaining > 0, f"no {kind} {match}; got {[e['type'] for e in self.events[-12:]]}"
-            message = await self.socket.receive(timeout=remaining)
+            # Not ``receive(timeout=)``: aiohttp starts that timeout again after each ping it
+            # answers, and daphne pings every 20 s, so a wait of 40 s never ended.
+            try:
+                async with asyncio.timeout(remaining):
+                    message = await self.socket.receive()
+            except TimeoutError:
+                seen = [e["type"] for e in self.events[-12:]]
+                raise AssertionError(f"no {kind} {match} in {timeout} s; got {seen}") from None
             assert message.type == aiohttp.WSMsgType.TEXT, message
             event = json.loads(message.data)
             self.events.append(event)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # The servers the tests start listen on loopback only; their /mcp is deliberately open (the
@@ -21,8 +22,8 @@ from channels.layers import channel_layers  # noqa: E402
 from playwright.async_api import Browser, async_playwright  # noqa: E402
 
 from chatbridge import SessionManager  # noqa: E402
-from chatbridge.core.links import MemoryUrlLinks  # noqa: E402
-from chatbridge.core.sampling import LiteLLMSampler  # noqa: E402
+from chatbridge.author.sampling import LiteLLMSampler  # noqa: E402
+from chatbridge.calls.links import MemoryUrlLinks  # noqa: E402
 from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime  # noqa: E402
 from tests.production import Production, production_env, start_production  # noqa: E402
 from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
@@ -101,9 +102,12 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 # Tests that start server processes or node clients (each takes seconds): `slow`, so
-# `make test-fast` leaves them out. Whole modules, and any test using a live server fixture.
+# `make test-fast` leaves them out. Whole modules, any test using a live server fixture, and
+# tests marked `slow` where they stand (a fresh interpreter, mypy) in modules whose other tests
+# run in process.
 PROCESS_MODULES = frozenset(
     {
+        "test_access_logs",
         "test_concurrency",
         "test_conformance_suite",
         "test_deployment",
@@ -117,7 +121,17 @@ PROCESS_MODULES = frozenset(
         "test_worker_faults",
     }
 )
-PROCESS_FIXTURES = frozenset({"server", "production", "site", "short_ttl_site"})
+PROCESS_FIXTURES = frozenset(
+    {
+        "mcp_server",  # test_origins: daphne
+        "own_redis",  # test_worker_faults: a private redis-server
+        "production",
+        "server",
+        "short_ttl_site",
+        "site",
+        "uvicorn_url",  # test_mcp: uvicorn
+    }
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -133,7 +147,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests run with the production settings, which serve collected static files: collect
-    them before any test module builds the ASGI app (whitenoise reads the folder then). With
+    them before any test module builds the ASGI app (servestatic reads the folder then). With
     parallel workers (pytest-xdist) the main process collects them once, before any worker
     starts: workers collecting into one folder at once would race."""
     import django
@@ -145,8 +159,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A parallel worker hands what the reliability suite counted to the main process."""
+    """Servers a failed test left running are stopped (and named: a test that leaves one is to
+    be mended); a parallel worker hands what the reliability suite counted to the main process."""
     from tests.reliability import COUNTS
+    from tests.servers import stop_leftovers
+
+    for server in stop_leftovers():
+        print(f"\nstopped a server a test left running: {server}", file=sys.stderr)
 
     output = getattr(session.config, "workeroutput", None)
     if output is not None:

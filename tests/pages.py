@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import httpx2
 
 from chatbridge import SessionManager
-from chatbridge.core.links import MemoryUrlLinks
+from chatbridge.calls.links import MemoryUrlLinks
 
 __all__ = ["CARD_FORM", "PAID", "pay", "with_pages"]
 

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -66,11 +66,13 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30)
             time.sleep(0.1)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate a server, and kill it if it does not exit promptly (open WebSockets)."""
+def stop(proc: subprocess.Popen[bytes], patience: float = 5.0) -> None:
+    """Terminate a server, and kill it if it does not exit within ``patience`` seconds (open
+    WebSockets). A test that reads what the server wrote on its way out gives it the time a
+    loaded machine needs: a kill loses the writes it had queued."""
     proc.terminate()
     try:
-        proc.wait(timeout=5)
+        proc.wait(timeout=patience)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
@@ -98,20 +100,34 @@ def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[
     return env
 
 
-def _output(name: str, log: Path | None) -> IO[bytes] | int:
-    """Where a server writes: ``log``, else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else nowhere."""
+def output(name: str, log: Path | int | None) -> IO[bytes] | int:
+    """Where a server writes: ``log`` (a file, or ``subprocess.PIPE`` to read it as it comes),
+    else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else nowhere."""
+    if isinstance(log, int):
+        return log
     if log is not None:
         return log.open("wb")
     logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
     return open(f"{logs}/{name}.log", "wb") if logs else subprocess.DEVNULL  # noqa: SIM115
 
 
+# Every server this process started and has not seen exit: whatever a test did, they are
+# stopped when its session ends (``stop_leftovers``, from conftest's pytest_sessionfinish).
+_started: list[subprocess.Popen[bytes]] = []
+
+
 def _spawn(
     command: list[str], env: dict[str, str], out: IO[bytes] | int
 ) -> subprocess.Popen[bytes]:
+    return spawn([sys.executable, "-m", *command], env, out)
+
+
+def spawn(argv: list[str], env: dict[str, str], out: IO[bytes] | int) -> subprocess.Popen[bytes]:
+    """Run ``argv`` from the project's root, writing to ``out``; stopped at the session's end
+    if a test leaves it running."""
     try:
-        return subprocess.Popen(
-            [sys.executable, "-m", *command],
+        proc = subprocess.Popen(
+            argv,
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -120,21 +136,56 @@ def _spawn(
     finally:
         if not isinstance(out, int):
             out.close()  # the server has its own copy
+    _started.append(proc)
+    return proc
+
+
+def stop_leftovers() -> list[str]:
+    """Stop the servers still running that this process started (a test that failed before it
+    could stop them); what was stopped, for the log."""
+    left = [proc for proc in _started if proc.poll() is None]
+    for proc in left:
+        stop(proc)
+    _started.clear()
+    return [_name(list(proc.args)) for proc in left]  # type: ignore[arg-type]
+
+
+def _name(argv: list[str]) -> str:
+    """A server's command line, without ``python -m``."""
+    return " ".join(str(a) for a in (argv[2:] if argv[1:2] == ["-m"] else argv))
+
+
+def start_each(*starts: Callable[[], subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
+    """Start several servers, one after the other; if one does not start, those started before
+    it are stopped before the failure is raised."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for start in starts:
+            started.append(start())
+    except BaseException:
+        for proc in started:
+            stop(proc)
+        raise
+    return started
 
 
 def start_module(
-    command: Sequence[str], port: int, env: dict[str, str], *, log: Path | None = None
+    command: Sequence[str], port: int, env: dict[str, str], *, log: Path | int | None = None
 ) -> subprocess.Popen[bytes]:
     """``python -m <command>``, a server listening on ``port``, listening on return. Its output
     goes to ``log``, else ``$CHATBRIDGE_TEST_LOGS/<module>-<port>.log`` when that is set, else
     nowhere."""
-    proc = _spawn(list(command), env, _output(f"{command[0]}-{port}", log))
-    wait_for_port(port, proc)
+    proc = _spawn(list(command), env, output(f"{command[0]}-{port}", log))
+    try:
+        wait_for_port(port, proc)
+    except BaseException:  # it did not come up in time: it must not stay behind
+        stop(proc)
+        raise
     return proc
 
 
 def start_daphne(
-    port: int, env: dict[str, str], *, options: Sequence[str] = (), log: Path | None = None
+    port: int, env: dict[str, str], *, options: Sequence[str] = (), log: Path | int | None = None
 ) -> subprocess.Popen[bytes]:
     """daphne serving the project on ``port`` (with extra command-line ``options``)."""
     command = ["daphne", *options, "-b", "127.0.0.1", "-p", str(port)]
@@ -156,7 +207,7 @@ def daphne_site(tmp: Path, **settings: str) -> Iterator[str]:
 
 
 def start_uvicorn(
-    port: int, env: dict[str, str], *, log: Path | None = None
+    port: int, env: dict[str, str], *, log: Path | int | None = None
 ) -> subprocess.Popen[bytes]:
     """uvicorn serving the project like the production command, but without its frame limit, so
     that what refuses a large message is the application's own check."""

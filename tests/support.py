@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from chatbridge import PluginSession, ToolContext, create_mcp_tool
-from chatbridge.core.events import TERMINAL_EVENTS, SessionEvent
+from chatbridge.calls.events import TERMINAL_EVENTS, SessionEvent
 
 BROKEN_CITY = "Atlantis"
 

@@ -19,7 +19,6 @@ from django.test import AsyncClient, Client
 from django.utils import formats, timezone
 
 from chatbridge.chat.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
-from chatbridge.chat.operations import operator_reason
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
@@ -261,7 +260,13 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     record = await row(seats["session_id"])
     assert (record.status, record.aborted_by) == ("aborted", "operator ops")
     assert (record.abort_reason, record.phase) == ("maintenance", "done")
-    assert operator_reason(ended["error"], record.aborted_by) == "maintenance"
+    assert ended["outcome"] == {
+        "kind": "aborted",
+        "by": "operator",
+        "who": "ops",
+        "reason": "maintenance",
+    }
+    assert record.outcome == ended["outcome"]
     assert record.aborted_at is not None and record.ended_at is not None
     page = visible(await change_page(staff, seats["session_id"]))
     assert "Aborted by: operator ops" in page and "Abort reason: maintenance" in page
@@ -579,8 +584,8 @@ def test_a_session_no_worker_holds_is_marked_aborted_with_its_reason() -> None:
 
 def test_the_model_is_told_of_an_abort_no_worker_could_deliver_and_does_not_retry() -> None:
     """The reason "please retry" is the operator's, not the system's: the call stays stopped."""
-    from chatbridge.chat.store import _messages
     from chatbridge.llm.planner import plan_reply
+    from chatbridge.records.store import _messages
 
     seed_rows()
     live = ToolSession.objects.get(pk="call_live")

@@ -19,7 +19,7 @@ from mcp import Client
 from pydantic import BaseModel
 
 from chatbridge import Accept, AnswerRefused, ElicitValidationError, SessionManager, answer_rule
-from chatbridge.core.model_context import extract_context
+from chatbridge.author.model_context import extract_context
 from plugins.book_flight.data import search_flights, seat_map_for
 from plugins.book_flight.tool import PickFlight, PickSeat
 from plugins.pick_card.tool import RANKS, SUITS, PickedCard, pick_card

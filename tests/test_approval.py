@@ -11,15 +11,15 @@ import pytest
 from mcp import Client
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.core.approval import APPROVAL_KEY
-from chatbridge.core.model_context import extract_context
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.approval import APPROVAL_KEY
+from chatbridge.author.model_context import extract_context
+from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.plugin import book_flight_plugin
 from plugins.feedback.tool import feedback_plugin
 from tests.mcp_results import elicitation, responses, text_of
 
-FEEDBACK = {
+FEEDBACK: dict[str, Any] = {
     "name": "Ada",
     "email": "ada@example.com",
     "visit_date": "2026-11-20",

@@ -10,7 +10,7 @@ from django.template.loader import render_to_string
 from django.test import RequestFactory
 
 from chatbridge import ElicitRequest, FormPost, PluginContext, SessionManager, UrlQuestion
-from chatbridge.core.links import MemoryUrlLinks
+from chatbridge.calls.links import MemoryUrlLinks
 from plugins.book_flight.data import find_flight, issue_ticket, search_flights, seat_map_for
 from plugins.book_flight.payment import payment_page
 from plugins.book_flight.plugin import book_flight_plugin

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Response, expect
 
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.servers import ROOT
@@ -25,6 +25,21 @@ async def open_chat(browser: Browser, server: str, **options: object) -> Page:
     await page.get_by_role("button", name="New chat").click()
     await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
     return page
+
+
+async def open_watched_chat(browser: Browser, server: str) -> tuple[Page, list[str]]:
+    """A new chat, loaded again with every response watched: the page, and the requests that
+    failed (status 400 or more), as they come."""
+    failed: list[str] = []
+
+    def check(response: Response) -> None:
+        if response.status >= 400:
+            failed.append(f"{response.status} {response.url}")
+
+    page = await open_chat(browser, server)
+    page.on("response", check)
+    await page.reload()  # every request of a page load is watched
+    return page, failed
 
 
 async def send(page: Page, text: str) -> None:

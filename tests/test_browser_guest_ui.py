@@ -171,8 +171,9 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
         .click(timeout=15000)
     )
     second = page.locator(".tool-card", has_text="pick_tint").last
-    await expect(second.locator(".status")).to_have_text("Done", timeout=15000)
-    await expect(second.locator(".tool-result")).to_contain_text("decline")
+    # Its outcome: the tool returned after its question was declined.
+    await expect(second.locator(".status")).to_have_text("Declined", timeout=15000)
+    await expect(second.locator(".tool-result")).to_contain_text("the question was declined")
 
 
 # A host as seed 004 describes one (tests outside the project drive the picker so): it answers

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from playwright.async_api import Browser, Response
+from playwright.async_api import Browser
 
 from tests.production import Production
 from tests.test_browser import (
     ask_for_flights,
     expect_confirmation,
     first_free,
-    open_chat,
+    open_watched_chat,
     pick_first_flight,
     review_and_pay,
 )
@@ -18,15 +18,7 @@ from tests.test_browser import (
 async def test_a_booking_works_in_the_browser_on_the_production_server(
     browser: Browser, production: Production
 ) -> None:
-    failed: list[str] = []
-
-    def check(response: Response) -> None:
-        if response.status >= 400:
-            failed.append(f"{response.status} {response.url}")
-
-    chat = await open_chat(browser, production.url)
-    chat.on("response", check)
-    await chat.reload()  # every request of a page load is watched
+    chat, failed = await open_watched_chat(browser, production.url)
     # htmx and its WebSocket extension came from the collected static files
     assert await chat.evaluate("typeof htmx") == "object"
     await ask_for_flights(chat)

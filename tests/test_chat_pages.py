@@ -8,6 +8,16 @@ import re
 import pytest
 from django.test import Client
 
+from chatbridge.calls.outcome import (
+    Aborted,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+    call_status,
+    describe,
+)
 from chatbridge.chat.models import Conversation, Message, ToolSession
 from tests.chat_client import html_socket
 
@@ -52,17 +62,23 @@ def _card(page: str, call_id: str) -> str:
 def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> None:
     owner = client.get("/")["Location"]
     conversation = Conversation.objects.get(pk=owner.split("/")[2])
-    # What each call's tool message said, and what its session row recorded. The words of a
-    # message do not decide the card: a tool may well return text that starts with "Error:".
-    calls = {
-        "c-done": ("completed", "", "Error: none, all good"),
-        "c-failed": ("failed", "", "Error: The tool failed: boom"),
-        "c-denied": ("aborted", "approval", "Error: The user denied this tool call: no"),
-        "c-aborted": ("aborted", "server", "Error: The tool call was aborted: stop"),
-        "c-mine": ("aborted", "user", "Stopped by the user: the user stopped this tool call."),
-        "c-ops": ("aborted", "operator ops", "Stopped by an operator: ..."),
-        "c-declined": ("completed", "", '{"booked": false, "reason": "seat selection declined"}'),
-        "c-lost": ("", "", "Error: Unknown tool 'nope'. Available tools: book_flight."),
+    # What each call's tool message said, and how its session row recorded that it ended. The
+    # words of a message do not decide the card: a tool may well return text that starts with
+    # "Error:".
+    operator = Aborted(by="operator", who="ops", reason="disk full, please retry")
+    calls: dict[str, tuple[Outcome | None, str, str]] = {
+        "c-done": (Completed(result={"ticket": "T-1"}), "", "Error: none, all good"),
+        "c-failed": (Failed(error_type="RuntimeError", message="boom"), "", "Error: boom"),
+        "c-denied": (Denied(reason="no"), "approval", "Error: The user denied this tool call"),
+        "c-aborted": (Aborted(by="server", reason="stop"), "server", "Error: aborted: stop"),
+        "c-mine": (Aborted(by="user"), "user", "Stopped by the user: the user stopped it."),
+        "c-ops": (operator, "operator ops", "Stopped by an operator: ..."),
+        "c-declined": (
+            Declined(key="pick_seat", result={"booked": False, "reason": "seat declined"}),
+            "",
+            '{"booked": false, "reason": "seat declined"}',
+        ),
+        "c-lost": (None, "", "Error: Unknown tool 'nope'. Available tools: book_flight."),
     }
     Message.objects.create(
         id="m-0",
@@ -74,7 +90,7 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
             for cid in calls
         ],
     )
-    for seq, (cid, (status, aborted_by, content)) in enumerate(calls.items(), start=1):
+    for seq, (cid, (outcome, aborted_by, content)) in enumerate(calls.items(), start=1):
         Message.objects.create(
             id=f"m-{seq}",
             conversation=conversation,
@@ -83,24 +99,19 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
             tool_call_id=cid,
             content=content,
         )
-        if status:
+        if outcome is not None:
+            returned = isinstance(outcome, Completed | Declined)
             ToolSession.objects.create(
                 id=cid,
                 conversation=conversation,
                 tool_name="look_up",
-                status=status,
-                aborted_by=aborted_by,
-                result=(
-                    {"booked": False, "reason": "seat selection declined"}
-                    if cid == "c-declined"
-                    else {"ticket": "T-1"}
-                    if status == "completed"
-                    else None
+                status={"completed": "completed", "failed": "failed"}.get(
+                    call_status(outcome), "aborted"
                 ),
-                error={
-                    "failed": "boom",
-                    "aborted": f"Aborted by {aborted_by}: disk full, please retry",
-                }.get(status, ""),
+                aborted_by=aborted_by,
+                result=outcome.result if isinstance(outcome, Completed | Declined) else None,
+                error="" if returned else describe(outcome),
+                outcome=outcome.model_dump(mode="json"),
             )
     page = client.get(owner).content.decode()
     done = _card(page, "c-done")

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chatbridge.chat.models import JournalRecord, ToolSession
-from chatbridge.chat.writer import flush
+from chatbridge.records.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime, current_runtime
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_client import ChatClient, new_browser_session, new_conversation

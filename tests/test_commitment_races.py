@@ -19,7 +19,7 @@ from mcp import Client
 
 from chatbridge.chat.models import ElicitLink, JournalRecord, ToolSession
 from chatbridge.chat.operations import abort_tool_session
-from chatbridge.chat.writer import flush
+from chatbridge.records.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime
 from tests.chat_client import ChatClient
 from tests.chat_http import TEST_CARD

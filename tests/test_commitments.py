@@ -11,10 +11,10 @@ import pytest
 from pydantic import BaseModel
 
 from chatbridge import Accept, ElicitKey, SessionManager, ToolContext, create_mcp_tool
-from chatbridge.core.commitment import COMPENSATION_SCOPE, abort_requested
-from chatbridge.core.exceptions import ToolDefinitionError
-from chatbridge.core.links import MemoryUrlLinks
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.exceptions import ToolDefinitionError
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.commitment import COMPENSATION_SCOPE, abort_requested
+from chatbridge.calls.links import MemoryUrlLinks
 from tests.support import until_pause
 
 

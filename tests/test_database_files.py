@@ -49,6 +49,7 @@ KEEP_OPEN = (
 )
 
 
+@pytest.mark.slow  # a fresh process sets Django up and migrates
 def test_a_new_database_and_its_wal_files_are_readable_by_their_owner_only(
     tmp_path: Path,
 ) -> None:
@@ -57,6 +58,7 @@ def test_a_new_database_and_its_wal_files_are_readable_by_their_owner_only(
     assert mode(database) == 0o600
 
 
+@pytest.mark.slow  # a fresh process sets Django up and migrates
 def test_an_existing_world_readable_database_is_made_private(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite3"
     database.touch(mode=0o644)

@@ -107,7 +107,8 @@ async def next_step(chat: RemoteChat, kind: str, **match: Any) -> dict[str, Any]
     deadline = loop.time() + 60
     assert chat.socket is not None
     while True:
-        message = await chat.socket.receive(timeout=max(deadline - loop.time(), 0.01))
+        async with asyncio.timeout_at(deadline):  # not receive(timeout=): pings restart it
+            message = await chat.socket.receive()
         assert message.type == aiohttp.WSMsgType.TEXT, message
         event = json.loads(message.data)
         chat.events.append(event)

@@ -26,9 +26,9 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from chatbridge.core.manager import SessionManager
-from chatbridge.core.plugins import PluginRegistry
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.plugins import PluginRegistry
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.manager import SessionManager
 from chatbridge.environment import (
     database_from_url,
     env_flag,
@@ -103,7 +103,7 @@ def test_without_any_setting_the_app_runs_in_production_mode(tmp_path: Path) -> 
     assert seen["DEBUG"] is False
     assert seen["CHATBRIDGE_MCP_PUBLIC"] is False and seen["CHATBRIDGE_MCP_TOKEN"] == ""
     assert seen["STORAGES"]["staticfiles"]["BACKEND"] == (
-        "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        "servestatic.storage.CompressedManifestStaticFilesStorage"
     )
     assert seen["SECRET_KEY"] == (tmp_path / "secret").read_text().strip()
 
@@ -220,21 +220,33 @@ def test_foreign_hosts_and_unknown_urls_get_no_debug_pages(production: Productio
 
 
 def test_static_files_are_served_hashed_cached_and_compressed(production: Production) -> None:
-    home = request(production.url, "/")
-    page = request(
-        production.url, home.headers["Location"], headers={"Cookie": _cookie(home.headers)}
-    )
+    _assert_static_files_served(production.url)
+
+
+def _assert_static_files_served(url: str, headers: dict[str, str] | None = None) -> None:
+    """The chat page's assets: hashed names cached for good, gzip, the security headers of a
+    page; an unhashed name cached a minute; a missing file is Django's 404."""
+    sent = headers or {}
+    home = request(url, "/", headers=sent)
+    page = request(url, home.headers["Location"], headers={**sent, "Cookie": _cookie(home.headers)})
     assert page.status == 200
     assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.body)
     names = {a.rsplit("/", 1)[-1] for a in assets}
     for name in ("htmx-2.min", "hx-ws-2.min", "chat", "guest-host"):
         assert any(re.fullmatch(rf"{re.escape(name)}\.[0-9a-f]{{12}}\.(js|css)", n) for n in names)
     for asset in assets:
-        reply = request(production.url, asset, headers={"Accept-Encoding": "gzip"})
+        reply = request(url, asset, headers={**sent, "Accept-Encoding": "gzip"})
         assert reply.status == 200, asset
         assert "max-age=315360000" in reply.headers["Cache-Control"], asset
         assert "immutable" in reply.headers["Cache-Control"], asset
         assert reply.headers["Content-Encoding"] == "gzip", asset
+        assert reply.headers["X-Content-Type-Options"] == "nosniff", asset
+        assert reply.headers["Referrer-Policy"] == "same-origin", asset
+    plain = request(url, "/static/chatbridge/chat.css", headers=sent)
+    assert plain.status == 200 and "prefers-color-scheme" in plain.body
+    assert plain.headers["Cache-Control"] == "max-age=60, public"
+    missing = request(url, "/static/chatbridge/no-such-file.css", headers=sent)
+    assert missing.status == 404 and missing.headers["X-Frame-Options"] == "DENY"
 
 
 def test_mcp_is_closed_until_the_operator_chooses_who_may_call_it(
@@ -380,6 +392,10 @@ def test_behind_a_tls_proxy_forms_post_and_cookies_are_secure(behind_proxy: Prod
     assert post("https://chat.example.com") == 302  # a new conversation
     assert post("https://app.example.com") == 302  # DJANGO_CSRF_TRUSTED_ORIGINS
     assert post("https://evil.example") == 403
+
+
+def test_daphne_serves_static_files_hashed_cached_and_compressed(behind_proxy: Production) -> None:
+    _assert_static_files_served(behind_proxy.url, PROXY)
 
 
 def test_plain_http_is_redirected_to_https(behind_proxy: Production) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from chatbridge import Accept, Cancel, Decline, ElicitId, ElicitResult, ElicitValidationError
-from chatbridge.core.elicit import result_from_dict, result_to_dict, validate_result
+from chatbridge.author.elicit import result_from_dict, result_to_dict, validate_result
 from tests.support import PickHotel, Rating
 
 

@@ -16,10 +16,10 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.core.completion import ToolCallRequest
-from chatbridge.core.engine import LOST_SESSION_MESSAGE, ChatHub, CommandRefused, dangling_calls
-from chatbridge.core.protocol import ChatEvent, ElicitResponseCommand
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.engine.completion import ToolCallRequest
+from chatbridge.engine.engine import LOST_SESSION_MESSAGE, ChatHub, CommandRefused, dangling_calls
+from chatbridge.engine.protocol import ChatEvent, ElicitResponseCommand
 from plugins.book_flight.plugin import book_flight_plugin
 
 
@@ -223,7 +223,7 @@ async def test_dangling_calls_are_recovered_as_lost_sessions(hub: Any) -> None:
 
 
 async def test_unknown_calls_are_refused(hub: Any) -> None:
-    from chatbridge.core.engine import CommandRefused
+    from chatbridge.engine.engine import CommandRefused
 
     chat, _, _ = hub
     with pytest.raises(CommandRefused, match="No tool call 'x' in this conversation."):
@@ -238,7 +238,7 @@ async def test_unknown_calls_are_refused(hub: Any) -> None:
 
 
 async def test_an_answer_for_a_live_call_between_questions_is_refused_at_once(hub: Any) -> None:
-    from chatbridge.core.engine import CommandRefused
+    from chatbridge.engine.engine import CommandRefused
 
     chat, _, events = hub
     LongJob.gate = asyncio.Event()

@@ -18,10 +18,10 @@ from chatbridge import (
     PluginContext,
     guest_ui,
 )
+from chatbridge.author.elicit import validate_result
+from chatbridge.author.exceptions import ElicitValidationError
+from chatbridge.author.guest_ui import JSON_FIELD, schema_errors
 from chatbridge.chat.templatetags.chatbridge_tags import refusal
-from chatbridge.core.elicit import validate_result
-from chatbridge.core.exceptions import ElicitValidationError
-from chatbridge.core.guest_ui import JSON_FIELD, schema_errors
 from chatbridge.mcp.hosts import errors_text
 from plugins.choose_color.tool import ColorChoice, choose_color_plugin
 

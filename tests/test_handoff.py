@@ -18,7 +18,7 @@ from chatbridge import (
     ToolDefinitionError,
     create_tool,
 )
-from chatbridge.core.handoff import HANDOFF_KEY
+from chatbridge.author.handoff import HANDOFF_KEY
 from plugins.pick_card.tool import PickedCard, card_name, pick_card
 from tests.support import until_pause
 

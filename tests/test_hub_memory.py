@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.core.conversation import LiveConversation
-from chatbridge.core.engine import ChatHub
-from chatbridge.core.links import MemoryUrlLinks
-from chatbridge.core.protocol import ChatEvent, ElicitForm, ElicitResponseCommand, ToolCallEvent
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.links import MemoryUrlLinks
+from chatbridge.engine.conversation import LiveConversation
+from chatbridge.engine.engine import ChatHub
+from chatbridge.engine.protocol import ChatEvent, ElicitForm, ElicitResponseCommand, ToolCallEvent
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from plugins.book_flight.tool import PaymentDone

@@ -5,25 +5,36 @@ from __future__ import annotations
 
 import json
 from datetime import date
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from django.template.loader import render_to_string
 from pydantic import BaseModel, Field, field_validator
 
-from chatbridge.chat.rendering import ToolCallView, render_result
-from chatbridge.chat.templatetags.chatbridge_tags import human, human_items
-from chatbridge.core.elicit import Accept, validate_result
-from chatbridge.core.exceptions import (
+from chatbridge.author.elicit import Accept, validate_result
+from chatbridge.author.exceptions import (
     ElicitValidationError,
     field_errors_text,
     refusal_text,
     technical_errors,
 )
-from chatbridge.core.guest_ui import schema_errors
-from chatbridge.core.human import chat_error_text, human_value
-from chatbridge.core.protocol import LogLine
-from chatbridge.core.tool_calls import stopped_message
+from chatbridge.author.guest_ui import schema_errors
+from chatbridge.author.human import chat_error_text, human_value
+from chatbridge.calls.outcome import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+    call_status,
+    describe,
+)
+from chatbridge.chat.rendering import ToolCallView, render_result
+from chatbridge.chat.templatetags.chatbridge_tags import human, human_items
+from chatbridge.engine.protocol import LogLine
+from chatbridge.engine.tool_message import tool_message
 from chatbridge.llm.planner import plan_reply
 from plugins.choose_color.tool import ColorChoice
 from plugins.feedback.tool import Feedback
@@ -191,68 +202,48 @@ def test_arguments_and_answers_are_shown_in_words() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "aborted_by", "result", "error", "badge", "words"),
+    ("outcome", "badge", "words"),
     [
-        ("completed", "", {"booked": True}, None, "Done", ""),
+        (Completed(result={"booked": True}), "Done", ""),
         (
-            "completed",
-            "",
-            {"booked": False, "reason": "seat selection declined"},
-            None,
+            Declined(key="pick_seat", result={"booked": False, "reason": "seat declined"}),
             "Declined",
             "Not done: the question was declined.",
         ),
         (
-            "completed",
-            "",
-            {"received": False, "reason": "cancel"},
-            None,
+            Cancelled(key="pick_seat", result={"received": False, "reason": "cancel"}),
             "Cancelled",
             "Not done: the question was cancelled.",
         ),
         (
-            "aborted",
-            "user",
-            None,
-            "aborted by the user",
+            Completed(result={"booked": False, "reason": "booking not confirmed"}),
+            "Not done",
+            "Not done: booking not confirmed.",
+        ),
+        (
+            Aborted(by="user", reason="aborted by the user"),
             "Stopped by you",
             "You stopped this before it finished.",
         ),
         (
-            "aborted",
-            "operator ops",
-            None,
-            "Aborted by operator ops: maintenance",
+            Aborted(by="operator", who="ops", reason="maintenance"),
             "Stopped by an operator",
             "An operator stopped this: maintenance",
         ),
+        (Denied(reason="not today"), "Denied", "You did not allow this to run: not today"),
         (
-            "denied",
-            "approval",
-            None,
-            "Denied by the user: not today",
-            "Denied",
-            "You did not allow this to run: not today",
-        ),
-        (
-            "failed",
-            "",
-            None,
-            "KeyError: 'seat'",
+            Failed(error_type="KeyError", message="'seat'"),
             "Failed",
             "Something went wrong on our side, so this did not finish. You can ask again.",
         ),
     ],
 )
-def test_badges_match_what_happened(
-    status: Literal["completed", "aborted", "denied", "failed"],
-    aborted_by: str,
-    result: Any,
-    error: str | None,
-    badge: str,
-    words: str,
-) -> None:
-    call = ToolCallView("c1", "look_up", {}, status, result, error, aborted_by=aborted_by)
+def test_badges_match_what_happened(outcome: Outcome, badge: str, words: str) -> None:
+    call = ToolCallView("c1", "look_up", {}, call_status(outcome), ended=outcome)
+    if isinstance(outcome, Completed | Declined | Cancelled):
+        call.result = outcome.result
+    else:
+        call.error = describe(outcome)
     assert call.badge == badge
     status_html = render_to_string("chatbridge/tool_status.html", {"call": call})
     assert f">{badge}</span>" in status_html
@@ -277,7 +268,7 @@ TOOLS = [{"type": "function", "function": {"name": "book_flight", "parameters": 
 
 
 def test_the_model_is_told_the_truth_about_a_stop_or_a_denial() -> None:
-    mine = stopped_message("user", "aborted by the user")
+    mine = tool_message(Aborted(by="user", reason="aborted by the user"))
     assert mine == (
         "Stopped by the user: the user stopped this tool call themselves. "
         "Do not retry unless they ask."
@@ -287,7 +278,7 @@ def test_the_model_is_told_the_truth_about_a_stop_or_a_denial() -> None:
         "OK, I stopped booking the flight as you asked. Tell me if you want to start again.",
         [],
     )
-    denied = stopped_message("approval", "Denied by the user: too pricey")
+    denied = tool_message(Denied(reason="too pricey"))
     assert denied == (
         "Denied by the user: the user did not allow this tool call (their reason: too pricey). "
         "Do not retry unless they ask."
@@ -299,8 +290,8 @@ def test_the_model_is_told_the_truth_about_a_stop_or_a_denial() -> None:
 
 
 def test_an_operators_abort_is_never_undone_whatever_its_reason_says() -> None:
-    stopped = stopped_message(
-        "operator ops", "Aborted by operator ops: session was lost, please retry"
+    stopped = tool_message(
+        Aborted(by="operator", who="ops", reason="session was lost, please retry")
     )
     reply = plan_reply(tool_turn(stopped), TOOLS)
     assert reply.tool_calls == []

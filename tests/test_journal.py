@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from chatbridge import Accept, SessionManager, create_mcp_tool
-from chatbridge.core.journal import Journal, JournalEntry
+from chatbridge.calls.journal import Journal, JournalEntry
 from tests.support import PickHotel, bookings_made, trip_tool, until_pause
 
 PARAMS = {"city": "Porto", "nights": 3}

@@ -12,11 +12,11 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection
 
 from chatbridge import create_mcp_tool
+from chatbridge.calls.journal import JournalEntry
 from chatbridge.chat.models import JournalRecord, Message, ToolSession
-from chatbridge.chat.recorder import WORKER_ID, DjangoRecorder
-from chatbridge.chat.writer import flush
-from chatbridge.core.journal import JournalEntry
-from chatbridge.core.tool_calls import NOT_QUOTED
+from chatbridge.engine.tool_message import NOT_QUOTED
+from chatbridge.records.recorder import WORKER_ID, DjangoRecorder
+from chatbridge.records.writer import flush
 from tests.chat_client import ChatClient
 from tests.test_chat_socket import BOOK, free_seat
 

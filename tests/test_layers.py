@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_importing_the_public_api_loads_no_web_framework() -> None:
     code = (
-        "import sys, chatbridge, chatbridge.core.manager, chatbridge.core.plugins\n"
+        "import sys, chatbridge, chatbridge.calls.manager, chatbridge.author.plugins\n"
         "import chatbridge.llm\n"
         "web = ('django', 'channels', 'daphne')\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in web)\n"
@@ -25,11 +27,12 @@ def test_importing_the_public_api_loads_no_web_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # a fresh interpreter runs a whole call (litellm's import alone takes seconds)
 def test_a_session_runs_with_plain_asyncio_and_no_web_stack() -> None:
     code = """
 import asyncio, sys
 from chatbridge import Accept, SessionManager
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
 from tests.support import trip_tool
 
 async def main():

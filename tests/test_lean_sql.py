@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chatbridge.chat import lean_sql
 from chatbridge.chat.models import Conversation, JournalRecord, ToolSession
+from chatbridge.records import lean_sql
 from tests.test_services import postgres_url, run_django  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)

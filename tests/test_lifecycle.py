@@ -38,10 +38,13 @@ Start = Callable[..., subprocess.Popen[bytes]]
 SERVERS: dict[str, Start] = {"daphne": start_daphne, "uvicorn": start_uvicorn}
 
 
-def terminate(proc: subprocess.Popen[bytes]) -> float:
-    """Send SIGTERM and return how long the process took to exit (fail after 15 s)."""
+def terminate(proc: subprocess.Popen[bytes], then: Callable[[], None] | None = None) -> float:
+    """Send SIGTERM (and do ``then`` right after) and return how long the process took to exit
+    (fail after 15 s)."""
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    if then is not None:
+        then()
     try:
         proc.wait(timeout=15)
     except subprocess.TimeoutExpired:

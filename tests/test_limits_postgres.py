@@ -20,10 +20,10 @@ RACE = """
 import json, threading
 from django.db import connection
 from django.test.utils import override_settings
-from chatbridge.chat import store
+from chatbridge.records import store
 from chatbridge.chat.models import Conversation, QueueEntry
-from chatbridge.core.conversation import CommandRefused
-from chatbridge.core.turns import QueuedMessage
+from chatbridge.engine.conversation import CommandRefused
+from chatbridge.engine.turns import QueuedMessage
 
 chats = [str(Conversation.objects.create(owner="session:racer").id) for _ in range(12)]
 start = threading.Barrier(12)

@@ -10,7 +10,7 @@ from django.test import Client
 from chatbridge.chat.markdown import render_markdown
 from chatbridge.chat.models import Conversation, Message
 from chatbridge.chat.rendering import SocketView, render_event
-from chatbridge.core.protocol import AssistantDelta, AssistantMessage, UserMessage
+from chatbridge.engine.protocol import AssistantDelta, AssistantMessage, UserMessage
 
 
 def test_bold_code_lists_blocks_tables_and_strikethrough() -> None:

@@ -26,8 +26,8 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.core.model_context import extract_context
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.model_context import extract_context
+from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight.data import search_flights, seat_map_for

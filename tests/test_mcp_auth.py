@@ -21,9 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.mcp_tokens import issue_token, revoke_tokens
+from chatbridge.author.model_context import extract_context
 from chatbridge.chat.models import McpToken, ToolSession
-from chatbridge.core.model_context import extract_context
+from chatbridge.records.mcp_tokens import issue_token, revoke_tokens
 from tests.mcp_results import input_required, responses, text_of
 from tests.mcp_site import mcp_site
 

@@ -14,8 +14,8 @@ from asgiref.sync import sync_to_async
 from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
+from chatbridge.author.model_context import extract_context
 from chatbridge.chat.models import ToolSession
-from chatbridge.core.model_context import extract_context
 from tests.mcp_results import elicitation, input_required, responses
 from tests.mcp_site import mcp_site
 from tests.raw_mcp import raw_session

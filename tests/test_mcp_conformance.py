@@ -16,8 +16,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from chatbridge import PluginRegistry, SessionManager, auto_form, create_mcp_tool, make_plugin
-from chatbridge.core.sampling import LiteLLMSampler
-from chatbridge.core.tools import McpTool
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.author.tools import McpTool
 from chatbridge.mcp.server import McpBridge, McpSettings
 from tests.raw_mcp import RawSession, raw_session
 from tests.test_mcp import FLIGHTS, ROUTE, Person, booking_bridge

@@ -5,6 +5,8 @@ session and, with the event log in Redis, on another worker."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from chatbridge.mcp.events import MemoryEventLog, RedisEventLog, SessionEvents
 from tests.raw_mcp import RawSession, SseEvent, raw_session, sse_events
-from tests.servers import free_port, start_daphne, stop
+from tests.servers import free_port, start_daphne, start_each, stop
 
 CARDS = {"name": "pick_card", "arguments": {"count": 3}}
 
@@ -164,8 +166,9 @@ async def test_a_call_stream_starts_with_a_priming_event_and_resumes_after_a_cut
 
 
 @pytest.fixture
-def two_workers() -> Iterator[tuple[str, str]]:
-    """Two daphne workers on one PostgreSQL database and the test's own Redis."""
+def two_workers() -> Iterator[tuple[str, str, list[subprocess.Popen[bytes]]]]:
+    """Two daphne workers on one PostgreSQL database and the test's own Redis: their addresses,
+    their processes."""
     from tests.test_scale_out import cluster_database
     from tests.test_worker_faults import OwnRedis
 
@@ -175,9 +178,9 @@ def two_workers() -> Iterator[tuple[str, str]]:
         with cluster_database(redis.url) as env:
             env = {**env, "CHATBRIDGE_MCP_PUBLIC": "1", "CHATBRIDGE_MCP_SSE_RETRY_MS": "100"}
             ports = free_port(), free_port()
-            workers = [start_daphne(port, env) for port in ports]
+            workers = start_each(*(functools.partial(start_daphne, port, env) for port in ports))
             try:
-                yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+                yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}", workers
             finally:
                 for worker in workers:
                     stop(worker)
@@ -188,20 +191,56 @@ def two_workers() -> Iterator[tuple[str, str]]:
 @pytest.mark.slow
 @pytest.mark.services
 async def test_a_cut_stream_is_resumed_on_a_worker_that_does_not_hold_the_session(
-    two_workers: tuple[str, str],
+    two_workers: tuple[str, str, list[subprocess.Popen[bytes]]],
 ) -> None:
-    holder, other = two_workers
+    holder, other, _ = two_workers
     async with raw_session(f"{holder}/mcp", "2025-11-25", {"elicitation": {}}) as session:
         client = Resuming(session)
         priming = await client.start_call()
         assert (priming.data, priming.retry) == ("", 100) and priming.id
         async with asyncio.timeout(30):
             result = await client.resume(f"{other}/mcp", priming.id, 100)
-        # Another session's event ids replay nothing there: the session is unknown (404).
+        # Another session's event ids replay nothing for it: its request reaches its own
+        # session's holder (relayed), whose log for that session has no such event.
         async with raw_session(f"{holder}/mcp", "2025-11-25") as stranger:
             headers = {**stranger._headers(), "Last-Event-ID": priming.id}
             refused = await stranger.http.get(f"{other}/mcp", headers=headers)
     assert picked(result).startswith("You picked the ")
     assert "elicitation/create" in client.seen
     assert set(client.visits) == {200}
-    assert refused.status_code == 404
+    assert refused.status_code == 200 and "data:" not in refused.text, refused.text
+
+
+async def question_sent(session: RawSession, url: str, last: str) -> None:
+    """Resume the call's stream at ``url`` until its question arrives (left unanswered)."""
+    headers = {**session._headers(), "Accept": "text/event-stream", "Last-Event-ID": last}
+    headers.pop("Content-Type")
+    async with session.http.stream("GET", url, headers=headers) as reply:
+        async for event in sse_events(reply):
+            if event.message is not None and event.message.get("method") == "elicitation/create":
+                return
+    raise AssertionError("the resumed stream ended without the question")
+
+
+@pytest.mark.slow
+@pytest.mark.services
+async def test_the_stream_of_a_dead_holder_is_replayed_elsewhere_from_the_shared_log(
+    two_workers: tuple[str, str, list[subprocess.Popen[bytes]]],
+) -> None:
+    """A resumed stream reaches its session's holder (relayed); when the holder is gone (kill
+    -9), the worker reached replays what the holder kept in Redis, then ends the stream."""
+    holder, other, workers = two_workers
+    async with raw_session(f"{holder}/mcp", "2025-11-25", {"elicitation": {}}) as session:
+        priming = await Resuming(session).start_call()
+        async with asyncio.timeout(30):
+            await question_sent(session, f"{holder}/mcp", priming.id)
+        workers[0].kill()
+        workers[0].wait()
+        headers = {**session._headers(), "Accept": "text/event-stream"}
+        headers.pop("Content-Type")
+        replayed = await session.http.get(
+            f"{other}/mcp", headers={**headers, "Last-Event-ID": priming.id}
+        )
+    assert replayed.status_code == 200, replayed.text
+    assert "elicitation/create" in replayed.text  # kept by the dead holder, read from Redis
+    assert "retry: 100" in replayed.text  # then the stream ends: the client comes back later

@@ -23,7 +23,7 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 
 

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.server import McpBridge, McpSettings
 from plugins.book_flight import tool as book_flight_tool
 from plugins.book_flight.plugin import book_flight_plugin
@@ -187,9 +187,20 @@ async def test_a_retry_after_a_restart_resumes_the_call_from_its_journal(
 
     rows: dict[str, StoredCall] = {}
 
-    class Store:
+    class Store:  # the restarted server is the only one: its predecessor is gone
+        worker = "after"
+
         async def load(self, call_id: str) -> StoredCall | None:
             return rows.get(call_id)
+
+        async def alive(self, worker: str) -> bool:
+            return False
+
+        async def claim(self, call_id: str, holder: str) -> bool:
+            return True
+
+        async def route(self, holder: str, message: dict[str, Any]) -> dict[str, Any] | None:
+            raise AssertionError("nothing is alive to route to")
 
     def bridge_on(manager: SessionManager) -> McpBridge:
         return McpBridge(
@@ -436,10 +447,39 @@ CRASHING_CLIENT = textwrap.dedent(
 )
 
 
-def test_a_legacy_client_killed_mid_question_ends_its_session(site: Site) -> None:
+CRASHING_RESPOND_CLIENT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from mcp import Client
+
+    async def on_log(params):
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            print("asked", flush=True)
+
+    async def main():
+        async with Client(sys.argv[1] + "/mcp", mode="legacy", logging_callback=on_log) as c:
+            await c.call_tool("book_flight", {"origin": "JFK", "destination": "LAX"})
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "transport"),
+    [(CRASHING_CLIENT, "mcp-push"), (CRASHING_RESPOND_CLIENT, "mcp-respond")],
+    ids=["pushed question", "_respond request"],
+)
+def test_a_legacy_client_killed_mid_question_ends_its_call_as_gone(
+    site: Site, script: str, transport: str
+) -> None:
+    """Killed while its question waits (pushed to it, or sent as a request notification for a
+    client that cannot elicit and answers with ``_respond``), the client sends no close: its
+    call ends as its client going away, found by the pings on the call's stream, not after the
+    request's timeout (and, for ``_respond``, not as the user's cancel)."""
     before = {r[0] for r in site.rows()}
     proc = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_CLIENT, site.url],
+        [sys.executable, "-c", script, site.url],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -449,16 +489,15 @@ def test_a_legacy_client_killed_mid_question_ends_its_session(site: Site) -> Non
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "asked"
         [new] = [r for r in site.rows() if r[0] not in before]
-        assert new[1:3] == ("awaiting_elicit", "mcp-push")
+        assert new[1:3] == ("awaiting_elicit", transport)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         killed_at = time.monotonic()
         ended = wait_until(
             lambda: [r for r in site.rows() if r[0] == new[0] and r[1] != "awaiting_elicit"], 20
         )
-        # Found by the heartbeat (a ping every 5 s, 5 s to answer), not the 60 s timeout.
-        assert time.monotonic() - killed_at < 15
-        assert ended[0][1:4] == ("aborted", "mcp-push", "the MCP client went away")
+        assert time.monotonic() - killed_at < 15  # a ping every 5 s, 5 s to answer
+        assert ended[0][1:4] == ("aborted", transport, "the MCP client went away")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -569,9 +608,14 @@ async def test_a_client_cancelling_and_ending_its_session_logs_no_error(site: Si
     before = {r[0] for r in site.rows()}
     for _ in range(5):  # the cancellation and the DELETE race: several rounds
         await cancel_then_delete(f"{site.url}/mcp")
-    ended = wait_until(
-        lambda: [r for r in site.rows() if r[0] not in before and r[1] != "awaiting_elicit"]
-    )
+
+    def all_ended() -> list[Any]:  # the five ends are written as each call stops: wait for all
+        ended = [r for r in site.rows() if r[0] not in before and r[1] != "awaiting_elicit"]
+        return ended if len(ended) >= 5 else []
+
+    ended = wait_until(all_ended) or [
+        r for r in site.rows() if r[0] not in before and r[1] != "awaiting_elicit"
+    ]
     # Each ends aborted, as cancelled when the cancellation arrived first, or as its client
     # gone when the DELETE ended the session first: both true, neither an error.
     outcomes = {

@@ -18,7 +18,7 @@ from chatbridge.mcp.errors import UNEXPECTED
 from chatbridge.mcp.modes import ModeNotDeclared
 from plugins.book_flight.data import search_flights
 from tests.pages import pay
-from tests.servers import free_port, migrated_env, start_daphne, stop
+from tests.servers import free_port, migrated_env, start_daphne, start_each, stop
 from tests.support import BROKEN_CITY
 from tests.test_mcp import free_seat
 from tests.test_mcp_sessions import wait_until
@@ -370,11 +370,17 @@ async def test_a_task_nobody_continues_expires_on_record(
 ) -> None:
     """Its live session is aborted when the ttl passes without an update; tasks/get then says
     it expired: as a cancelled task while its end is kept (the ttl again), then as the spec's
-    "Task has expired" error (with a 1 s ttl a slow poll may see either)."""
+    "Task has expired" error (with a 1 s ttl a slow poll may see either). The task may still be
+    working when tasks/call answers (under load the tool reaches its question later); once it
+    has settled it never works again."""
     database = Path(env["TASKS_DATABASE"])
     async with httpx.AsyncClient() as http:
         client = McpClient(http, short_ttl_site)
         task_id = (await client.call("plan_trip", TRIP))["taskId"]
+        try:
+            assert (await client.settled(task_id))["status"] in ("input_required", "cancelled")
+        except RpcError as exc:
+            assert exc.message == "Failed to retrieve task: Task has expired"
         deadline = time.monotonic() + 30
         while row_end(database, task_id)[0] != "aborted" and time.monotonic() < deadline:
             try:
@@ -542,7 +548,7 @@ async def test_two_workers_serve_one_task_and_one_takes_it_over_when_the_other_d
             return found[0], found[1], found[2], steps[0]
 
         port_a, port_b = free_port(), free_port()
-        a, b = start_daphne(port_a, env), start_daphne(port_b, env)
+        a, b = start_each(lambda: start_daphne(port_a, env), lambda: start_daphne(port_b, env))
         try:
             async with httpx.AsyncClient() as http:
                 on_a = McpClient(http, f"http://127.0.0.1:{port_a}/mcp")

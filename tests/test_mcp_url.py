@@ -11,8 +11,8 @@ import pytest
 from mcp import Client, ClientSession
 from pydantic import BaseModel
 
-from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge import ElicitAction, PluginRegistry, SessionManager, create_mcp_tool, make_plugin
+from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.modes import declared_modes
 from chatbridge.mcp.server import McpBridge, McpSettings
 from tests.mcp_results import elicitation, responses, text_of
@@ -51,7 +51,7 @@ def signing_bridge(url_wait: float = 20.0) -> McpBridge:
 class Consenting:
     """An elicitation callback that consents at once and hands the link to the test."""
 
-    def __init__(self, action: str = "accept") -> None:
+    def __init__(self, action: ElicitAction = "accept") -> None:
         self.action = action
         self.asked: asyncio.Queue[types.ElicitRequestURLParams] = asyncio.Queue()
 
@@ -89,7 +89,7 @@ async def test_a_pushed_url_question_waits_for_its_page_and_reports_completion()
 
 
 @pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_declining_a_pushed_url_question_reaches_the_tool(action: str) -> None:
+async def test_declining_a_pushed_url_question_reaches_the_tool(action: ElicitAction) -> None:
     async with Client(
         signing_bridge().server, mode="legacy", elicitation_callback=Consenting(action)
     ) as client:

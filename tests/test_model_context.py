@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatbridge.core.model_context import (
+from chatbridge.author.model_context import (
     BOUNDARY,
     encode_message,
     extract_context,

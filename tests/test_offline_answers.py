@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
-from chatbridge.core.completion import ToolCallRequest
-from chatbridge.core.engine import ChatHub, CommandRefused
-from chatbridge.core.protocol import ChatEvent, ElicitResponseAck, ElicitResponseCommand
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge import ElicitAction, PluginRegistry, SessionManager, create_mcp_tool, make_plugin
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.engine.completion import ToolCallRequest
+from chatbridge.engine.engine import ChatHub, CommandRefused
+from chatbridge.engine.protocol import ChatEvent, ElicitResponseAck, ElicitResponseCommand
 from tests.test_engine import MemoryStore, first_event
 
 
@@ -101,7 +101,7 @@ async def hub() -> AsyncIterator[tuple[ChatHub, MemoryStore, list[ChatEvent]]]:
     await manager.shutdown()
 
 
-def answer(form: Any, action: str = "accept", **content: Any) -> ElicitResponseCommand:
+def answer(form: Any, action: ElicitAction = "accept", **content: Any) -> ElicitResponseCommand:
     return ElicitResponseCommand(
         type="elicit_response",
         session_id=form.call_id,

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from chatbridge.core.sampling import DEFAULT_MODEL, LiteLLMSampler, SampleRequest, configured_model
+from chatbridge.author.sampling import (
+    DEFAULT_MODEL,
+    LiteLLMSampler,
+    SampleRequest,
+    configured_model,
+)
 from chatbridge.llm import litellm_module
 from plugins.book_flight.tool import book_flight
 

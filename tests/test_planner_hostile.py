@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatbridge.core.protocol import MAX_USER_MESSAGE
+from chatbridge.engine.protocol import MAX_USER_MESSAGE
 from chatbridge.llm.planner import Reply, plan_reply
 from plugins.book_flight.tool import book_flight
 from plugins.choose_color.tool import choose_color

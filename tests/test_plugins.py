@@ -24,7 +24,7 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.core.exceptions import technical_errors
+from chatbridge.author.exceptions import technical_errors
 from tests.support import Confirm, PickHotel, Rating, trip_tool
 
 

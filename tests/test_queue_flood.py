@@ -18,7 +18,7 @@ import pytest
 from django.test import override_settings
 
 from chatbridge.chat.models import QueueEntry
-from chatbridge.core.protocol import MAX_USER_MESSAGE
+from chatbridge.engine.protocol import MAX_USER_MESSAGE
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
 pytestmark = [

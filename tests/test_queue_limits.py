@@ -11,11 +11,11 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from chatbridge.chat import store as chat_store
 from chatbridge.chat.models import Conversation, QueueEntry
-from chatbridge.chat.store import DjangoStore
-from chatbridge.core.engine import CommandRefused
-from chatbridge.core.turns import LocalQueue, QueuedMessage, queue_full
+from chatbridge.engine.engine import CommandRefused
+from chatbridge.engine.turns import LocalQueue, QueuedMessage, queue_full
+from chatbridge.records import store as chat_store
+from chatbridge.records.store import DjangoStore
 from tests.chat_client import ChatClient
 
 BOOK = "Book a flight from JFK to LAX"

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.core.engine import ChatHub, CommandRefused
-from chatbridge.core.protocol import (
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.engine.engine import ChatHub, CommandRefused
+from chatbridge.engine.protocol import (
     ChatEvent,
     ElicitResponseCommand,
     UserMessageCommand,
     parse_command,
 )
-from chatbridge.core.sampling import LiteLLMSampler
-from chatbridge.core.turns import LocalQueue, MessageQueue, QueuedMessage
+from chatbridge.engine.turns import LocalQueue, MessageQueue, QueuedMessage
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.test_engine import MemoryStore, first_event
 
@@ -162,7 +162,7 @@ async def test_the_django_store_keeps_the_queue_on_record() -> None:
     from asgiref.sync import sync_to_async
 
     from chatbridge.chat.models import Conversation, QueueEntry
-    from chatbridge.chat.store import DjangoStore
+    from chatbridge.records.store import DjangoStore
 
     conversation = await sync_to_async(Conversation.objects.create)(owner="session:x")
     cid = str(conversation.id)
@@ -181,7 +181,7 @@ async def test_the_django_store_keeps_the_queue_on_record() -> None:
 
 
 async def test_stop_reaches_the_worker_running_the_turn() -> None:
-    from chatbridge.core.conversation import LocalLeases
+    from chatbridge.engine.conversation import LocalLeases
 
     forwarded: list[tuple[str, str, Any]] = []
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from pytest_django.fixtures import Settings
 
 from chatbridge.chat.models import JournalRecord
-from chatbridge.chat.writer import flush
-from chatbridge.core.protocol import COMMANDS
+from chatbridge.engine.protocol import COMMANDS
+from chatbridge.records.writer import flush
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.tool import PickSeat
 from tests.chat_client import ChatClient
@@ -272,15 +272,12 @@ async def test_a_flooding_socket_is_closed(settings: Settings) -> None:
 async def test_dropped_connections_are_cleaned_up() -> None:
     import tracemalloc
 
-    from channels.layers import get_channel_layer
-
+    from chatbridge.chat.broadcast import sockets_here
     from chatbridge.llm import litellm_module
 
     first = await ChatClient.start()
     key, conversation = first.session_key, first.conversation_id
     await first.close()
-    layer = get_channel_layer()
-    group = f"chat.{conversation}"
     # The runtime imports litellm in the background at start; that is not what is measured.
     await asyncio.to_thread(litellm_module)
     tracemalloc.start()
@@ -288,15 +285,15 @@ async def test_dropped_connections_are_cleaned_up() -> None:
     for round_ in range(3):
         sockets = [ChatClient(conversation, key) for _ in range(100)]
         await asyncio.gather(*(s.connect() for s in sockets))
-        assert len(layer.groups.get(group, {})) == 100
+        assert sockets_here(conversation) == 100
         # Abrupt (no goodbye); the consumers get time to run their disconnect even on a busy host.
         await asyncio.gather(*(s.socket.disconnect(timeout=30) for s in sockets))
-        assert len(layer.groups.get(group, {})) == 0, round_
+        assert sockets_here(conversation) == 0, round_
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename")) / 1024
     assert grown < 2048, f"{grown:.0f} KiB kept after 300 connections"
-    report("dropped connections", opened=300, left_in_group=0, memory_growth_kib=round(grown))
+    report("dropped connections", opened=300, left_attached=0, memory_growth_kib=round(grown))
 
 
 async def test_html_errors_are_escaped() -> None:

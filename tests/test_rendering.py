@@ -8,7 +8,7 @@ import re
 
 from chatbridge import ElicitId, ElicitRequest
 from chatbridge.chat.rendering import SocketView, render_event, render_form
-from chatbridge.core.protocol import (
+from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,
     ErrorEvent,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chatbridge import SessionManager, ToolContext, create_mcp_tool
-from chatbridge.core.sampling import SampleRequest, SampleResult
+from chatbridge.author.sampling import SampleRequest, SampleResult
 from tests.support import PickHotel, until_pause
 
 

@@ -21,9 +21,9 @@ from chatbridge import (
     SessionNotFound,
     create_mcp_tool,
 )
-from chatbridge.core.exceptions import ClaimLost
-from chatbridge.core.journal import JournalEntry, MemoryJournalStore
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.exceptions import ClaimLost
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.journal import JournalEntry, MemoryJournalStore
 from tests.support import HOTELS, PickHotel, bookings_made, trip_tool, until_pause
 
 HOTEL_Q = "Which hotel in Lisbon?"

@@ -17,16 +17,16 @@ from chatbridge.chat.models import (
     ToolSession,
     WorkerHeartbeat,
 )
-from chatbridge.chat.recorder import WORKER_ID
-from chatbridge.chat.store import (
+from chatbridge.engine.turns import QueuedMessage
+from chatbridge.records.recorder import WORKER_ID
+from chatbridge.records.store import (
     DjangoStore,
     beat,
     forget_worker,
     owner_key,
     worker_alive,
 )
-from chatbridge.chat.writer import flush
-from chatbridge.core.turns import QueuedMessage
+from chatbridge.records.writer import flush
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
 

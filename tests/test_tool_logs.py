@@ -10,11 +10,11 @@ from typing import cast
 import pytest
 from django.test import Client
 
+from chatbridge.calls.events import LogEvent, ProgressEvent
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.chat.models import Conversation, Message, ToolSession
-from chatbridge.chat.recorder import MAX_LOG_LINES, WORKER_ID, DjangoRecorder
-from chatbridge.chat.writer import flush
-from chatbridge.core.events import LogEvent, ProgressEvent
-from chatbridge.core.sessions import PluginSession
+from chatbridge.records.recorder import MAX_LOG_LINES, WORKER_ID, DjangoRecorder
+from chatbridge.records.writer import flush
 from tests.chat_client import ChatClient
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from chatbridge import InvalidToolParams, ToolDefinitionError, create_mcp_tool
-from chatbridge.core.tools import NoParams
+from chatbridge.author.tools import NoParams
 from tests.support import PickHotel, TripParams, trip_tool
 
 

@@ -110,12 +110,14 @@ def mypy(source: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # runs mypy in a process of its own
 def test_a_correct_tool_passes_mypy_strict(tmp_path: Path) -> None:
     run = mypy(TOOL, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found" in run.stdout
 
 
+@pytest.mark.slow  # runs mypy in a process of its own
 def test_mypy_reports_a_misspelled_key_a_misspelled_field_and_a_handler_of_another_key(
     tmp_path: Path,
 ) -> None:

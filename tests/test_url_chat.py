@@ -16,10 +16,11 @@ from django.test import AsyncClient
 from django.utils import timezone
 from django.views.debug import ExceptionReporter
 
-from chatbridge.chat.links import deliver
+from chatbridge.author.elicit import result_from_dict
 from chatbridge.chat.models import ElicitLink
-from chatbridge.chat.writer import flush
-from chatbridge.core.elicit import result_from_dict
+from chatbridge.records.url_links import deliver
+from chatbridge.records.writer import flush
+from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
@@ -203,7 +204,8 @@ async def test_a_decline_racing_a_payment_that_went_through_loses(chat: ChatClie
     )
     await chat.answer(form, action="decline")
     await chat.next("elicit_response", action="decline")  # the form took it; the link did not
-    await deliver(form["call_id"], form["elicit_id"], result_from_dict(paid))
+    manager = current_runtime().manager
+    await deliver(manager, form["call_id"], form["elicit_id"], result_from_dict(paid))
     result = (await chat.next("tool_call", status="completed"))["result"]
     assert result["booked"] is True and result["paid"] == {"last4": "4444"}
     closed = [e for e in chat.events if e["type"] == "elicit_complete"][-1]

@@ -22,8 +22,8 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.core.links import MemoryUrlLinks
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.links import MemoryUrlLinks
 from tests.support import until_pause
 
 
@@ -84,10 +84,7 @@ async def test_page_answer_reaches_the_tool_and_is_journaled_without_the_link(
     await links.complete(token_of(url), Paid(payment_token="tok", last4="4242"), url_manager)
     [(kind, result)] = await until_pause(session)
     assert (kind, result) == ("completed", {"paid": True, "last4": "4242", "receipt": "R-4242"})
-    assert session.last_answer == (
-        "pay:payment:c1:1",
-        Accept(Paid(payment_token="tok", last4="4242")),
-    )
+    assert session.answer_of("pay:payment:c1:1") == Accept(Paid(payment_token="tok", last4="4242"))
     entry = session.journal[0]
     assert (entry["kind"], entry["key"], entry["result"]) == (
         "elicit",
@@ -230,7 +227,8 @@ async def test_question_closed_resolves_when_the_page_answers(
         token_of(session.pending.url), {"payment_token": "t", "last4": "1"}, url_manager
     )
     await closed
-    assert session.last_answer is not None and session.last_answer[1].accepted
+    answer = session.answer_of("pay:payment:c1:1")
+    assert answer is not None and answer.accepted
 
 
 async def page(request: Any, question: Any) -> Any:

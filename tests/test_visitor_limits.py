@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from chatbridge.chat.models import Conversation, Message
-from chatbridge.core.conversation import CommandRefused
+from chatbridge.engine.conversation import CommandRefused
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]
@@ -126,7 +126,7 @@ def test_the_limits_come_from_the_environment_none_turning_one_off() -> None:
 @override_settings(CHATBRIDGE_RUNNING_TURNS_PER_VISITOR=1)
 def test_a_chat_busy_on_another_worker_is_busy_not_over_the_cap() -> None:
     """Its message may then be queued ("Send anyway"): the cap is about starting turns."""
-    from chatbridge.chat import store
+    from chatbridge.records import store
 
     until = timezone.now() + timedelta(seconds=30)
     busy, elsewhere, idle = (Conversation.objects.create(owner="session:w") for _ in range(3))

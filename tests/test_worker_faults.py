@@ -4,6 +4,7 @@ comes back after Redis restarts, a call stays with its live owner, one turn per 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import time
@@ -17,16 +18,18 @@ from channels.layers import channel_layers, get_channel_layer
 from django.test import override_settings
 
 from chatbridge import PluginRegistry, SessionManager
-from chatbridge.chat.broadcast import conversation_group, publish
-from chatbridge.core.conversation import ResumableCall
-from chatbridge.core.engine import BUSY_ELSEWHERE, ChatHub
-from chatbridge.core.links import MemoryUrlLinks
-from chatbridge.core.protocol import ElicitResponseCommand
-from chatbridge.core.sampling import LiteLLMSampler
+from chatbridge.author.sampling import LiteLLMSampler
+from chatbridge.calls.links import MemoryUrlLinks
+from chatbridge.chat import viewers
+from chatbridge.chat.broadcast import publish
+from chatbridge.chat.worker_messages import Showing
+from chatbridge.engine.conversation import ResumableCall
+from chatbridge.engine.engine import BUSY_ELSEWHERE, ChatHub
+from chatbridge.engine.protocol import ElicitResponseCommand
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.plugin import book_flight_plugin
 from tests.chat_http import RemoteChat
-from tests.servers import fixed_port, free_port, start_daphne, stop, wait_for_port
+from tests.servers import fixed_port, free_port, start_daphne, start_each, stop, wait_for_port
 from tests.test_hub_memory import Inboxes, MemoryStore, pay
 
 BOOK = {"type": "user_message", "text": "Book a flight from JFK to LAX"}
@@ -97,8 +100,8 @@ def answer(form: dict[str, Any], **content: Any) -> ElicitResponseCommand:
 async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: OwnRedis) -> None:
     layer = get_channel_layer()
     assert layer is not None
-    watcher = await layer.new_channel()
-    await layer.group_add(conversation_group("conv"), watcher)
+    watcher = await layer.new_channel()  # another worker's listener, showing "conv"
+    viewers.heard(Showing(worker="vm:1", channel=watcher, conversations=["conv"]))
 
     async def next_form(key: str) -> dict[str, Any]:
         while True:
@@ -134,6 +137,7 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
     finally:
         await hub.close()
         await manager.shutdown()
+        viewers.stopped()
 
     [tool] = [m for m in store.messages_by_conv["conv"] if m["role"] == "tool"]
     result = json.loads(tool["content"])  # a result, not "Error: The tool call failed ..."
@@ -267,7 +271,7 @@ class Heartbeats:
 
 @pytest.mark.parametrize("holder_alive", [True, False])
 async def test_a_message_is_busy_while_a_live_worker_holds_the_turn(holder_alive: bool) -> None:
-    from chatbridge.core.engine import CommandRefused
+    from chatbridge.engine.engine import CommandRefused
 
     inboxes, lease = Inboxes(), HeldLease("worker-2")
     hub = ChatHub(
@@ -301,9 +305,9 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
     from asgiref.sync import sync_to_async
     from django.utils import timezone
 
-    from chatbridge.chat import store as stores
     from chatbridge.chat.models import Conversation, WorkerHeartbeat
-    from chatbridge.chat.recorder import WORKER_ID
+    from chatbridge.records import store as stores
+    from chatbridge.records.recorder import WORKER_ID
 
     conversation = await Conversation.objects.acreate(owner="session:x")
     cid = str(conversation.id)
@@ -348,8 +352,8 @@ async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
     redis_layer: OwnRedis,
 ) -> None:
     from chatbridge.chat.models import WorkerHeartbeat
-    from chatbridge.chat.recorder import WORKER_ID
     from chatbridge.chat.workers import query_workers
+    from chatbridge.records.recorder import WORKER_ID
     from chatbridge.runtime import ChatBridgeRuntime
 
     async def answering(timeout: float = 20) -> list[str]:
@@ -410,7 +414,7 @@ async def test_two_messages_and_an_abort_at_once_on_two_workers_run_one_turn(
     cluster: dict[str, str],
 ) -> None:
     ports = free_port(), free_port()
-    workers = [start_daphne(port, cluster) for port in ports]
+    workers = start_each(*(functools.partial(start_daphne, port, cluster) for port in ports))
     base_a, base_b = (f"http://127.0.0.1:{port}" for port in ports)
     try:
         async with aiohttp.ClientSession() as http:
@@ -503,7 +507,7 @@ async def test_redis_restarted_under_two_workers_loses_no_answer_and_books_once(
     own_redis: OwnRedis, cluster: dict[str, str]
 ) -> None:
     ports = free_port(), free_port()
-    workers = [start_daphne(port, cluster) for port in ports]
+    workers = start_each(*(functools.partial(start_daphne, port, cluster) for port in ports))
     base_a, base_b = (f"http://127.0.0.1:{port}" for port in ports)
     try:
         async with aiohttp.ClientSession() as http:

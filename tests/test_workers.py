@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from chatbridge import ToolContext, create_mcp_tool
-from chatbridge.chat.recorder import WORKER_ID
+from chatbridge.chat.worker_messages import CommandDone, Ping, Pong, RoutedCommand
 from chatbridge.chat.workers import (
     ChannelPeers,
     _ask_worker,
@@ -25,7 +25,8 @@ from chatbridge.chat.workers import (
     route_task,
     worker_group,
 )
-from chatbridge.core.protocol import Abort, parse_command
+from chatbridge.engine.protocol import Abort, ElicitResponseCommand, parse_command
+from chatbridge.records.recorder import WORKER_ID
 from chatbridge.runtime import ChatBridgeRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -52,20 +53,23 @@ def test_a_worker_s_group_name_is_a_valid_channel_group_name() -> None:
 
 
 async def test_this_worker_answers_in_its_own_group(fresh_runtime: ChatBridgeRuntime) -> None:
-    reply = await _ask_worker(WORKER_ID, {"type": "workers.ping"}, 2.0, "ping")
-    assert reply is not None and reply["type"] == "workers.pong" and reply["worker"] == WORKER_ID
+    reply = await _ask_worker(WORKER_ID, Ping(), 2.0, "ping")
+    assert reply == Pong(worker=WORKER_ID)
 
 
 async def test_a_worker_that_is_gone_gets_no_reply_and_nothing_is_routed_to_oneself(
     fresh_runtime: ChatBridgeRuntime,
 ) -> None:
-    assert await _ask_worker(GONE, {"type": "workers.ping"}, 0.2, "ping") is None
+    assert await _ask_worker(GONE, Ping(), 0.2, "ping") is None
     peers = ChannelPeers()
     abort = parse_command({"type": "abort", "session_id": "s1"})
-    assert isinstance(abort, Abort)
+    answer = parse_command(
+        {"type": "elicit_response", "session_id": "c1", "call_id": "c1", "elicit_id": "e1"}
+    )
+    assert isinstance(abort, Abort) and isinstance(answer, ElicitResponseCommand)
     for worker in (WORKER_ID, ""):
         assert not await peers.alive(worker)
-        assert await peers.route(worker, "conversation", abort) is None
+        assert await peers.route(worker, "conversation", answer) is None
         assert await peers.forward(worker, "conversation", abort) is None
         assert await route_task(worker, {"task_id": "t"}) is None
     assert not await peers.alive(GONE)  # no heartbeat on record
@@ -82,7 +86,7 @@ async def test_operators_see_and_abort_a_live_call_on_whichever_worker_holds_it(
     assert (listed["tool_name"], listed["pending_key"]) == ("waits", "answer")
 
     reply = await broadcast_abort("held-here", "stopped in a test", by="operator")
-    assert (reply["worker"], reply["decision"]) == (WORKER_ID, "aborted")
+    assert reply is not None and (reply.worker, reply.decision) == (WORKER_ID, "aborted")
     end = await asyncio.wait_for(session.next_event(), 5)
     assert (end.type, getattr(end, "reason", "")) == ("aborted", "stopped in a test")
     assert await broadcast_abort("held-nowhere", "x", by="operator", timeout=0.3) is None
@@ -100,19 +104,15 @@ async def test_a_page_answer_for_a_call_no_worker_holds_is_left_on_record(
 async def test_a_command_that_is_not_routed_between_workers_is_refused_in_words(
     fresh_runtime: ChatBridgeRuntime,
 ) -> None:
-    message = {
-        "type": "workers.command",
-        "conversation_id": "c",
-        "command": {"type": "user_message", "text": "hello"},
-    }
+    command = parse_command({"type": "user_message", "text": "hello"})
+    message = RoutedCommand(conversation_id="c", command=command)
     reply = await _ask_worker(WORKER_ID, message, 2.0, "forwarding")
-    assert reply == {
-        "type": "workers.done",
-        "worker": WORKER_ID,
-        "ok": False,
-        "code": "BAD_COMMAND",
-        "message": "A 'user_message' command is not routed between workers.",
-    }
+    assert reply == CommandDone(
+        worker=WORKER_ID,
+        ok=False,
+        code="BAD_COMMAND",
+        message="A 'user_message' command is not routed between workers.",
+    )
 
 
 async def test_a_malformed_message_is_logged_and_the_listener_keeps_serving(
@@ -124,6 +124,6 @@ async def test_a_malformed_message_is_logged_and_the_listener_keeps_serving(
     assert layer is not None
     with caplog.at_level(logging.ERROR, logger="chatbridge.workers"):
         await layer.group_send(worker_group(WORKER_ID), {"type": "workers.answer"})
-        reply = await _ask_worker(WORKER_ID, {"type": "workers.ping"}, 2.0, "ping")
-    assert reply is not None and reply["type"] == "workers.pong"
-    assert "worker message 'workers.answer' failed" in caplog.text
+        reply = await _ask_worker(WORKER_ID, Ping(), 2.0, "ping")
+    assert reply == Pong(worker=WORKER_ID)
+    assert "malformed worker message 'workers.answer' dropped" in caplog.text

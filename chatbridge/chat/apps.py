@@ -14,11 +14,11 @@ class ChatConfig(AppConfig):
 
     def ready(self) -> None:
         from chatbridge import access_logs
+        from chatbridge.author.auto_form import use_form_reader
         from chatbridge.chat import checks  # noqa: F401  (registers the system checks)
         from chatbridge.chat.auto_forms import read_post
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.sqlite_files import make_private
-        from chatbridge.core.auto_form import use_form_reader
 
         access_logs.install()  # link tokens never reach the access log
         connection_created.connect(make_private, dispatch_uid="chatbridge-private-sqlite")

@@ -11,7 +11,7 @@ browser's post back (checkboxes to booleans, several values to a list).
 Which answers count is never Django's to decide: the form is not validated. Its read values go
 to the key's pydantic model, whose refusals come back as the form's errors, exactly as on every
 other transport. Core's ``auto_form`` handler reaches this module through
-``use_form_reader`` (set by the app's ``ready``), since ``chatbridge.core`` imports no Django.
+``use_form_reader`` (set by the app's ``ready``), since ``chatbridge.author`` imports no Django.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from django.forms.utils import ErrorDict, ErrorList
 from django.utils.datastructures import MultiValueDict
 from django.utils.safestring import SafeString
 
-from chatbridge.core.schema import resolve_ref
+from chatbridge.author.schema import resolve_ref
 
 __all__ = ["AutoField", "auto_fields", "build_form", "read_post"]
 

@@ -1,10 +1,13 @@
-"""Publishing a conversation's events to its sockets.
+"""Publishing a conversation's events to its sockets, here and on the other workers.
 
 Sockets of this process get each event as it is, at once (``attach``/``detach``): no channel
-layer, no copy, no encoding and decoding on the way. Sockets of other processes get it
-through the channel layer's group of the conversation, marked with this worker, so that the
-sockets here, which are in the group too, drop the copy. The in-memory channel layer has no
-other processes: nothing is sent through it.
+layer, no copy, no encoding and decoding on the way. Each other worker that shows the
+conversation (``chatbridge.chat.viewers``) gets it once, at its listener, which hands it to its
+sockets (``deliver_here``). While no other worker shows it, nothing is sent through the layer;
+the in-memory channel layer has no other processes, so nothing ever is.
+
+Whether this worker shows a conversation is said to the others when that changes
+(``announce``) and in full when its listener (re)joins (``announce_everything``).
 
 The hub and the session manager belong to the process's ``ChatBridgeRuntime``
 (``chatbridge.runtime.current_runtime()``), not to any socket: a dropped WebSocket leaves
@@ -13,15 +16,42 @@ running tools and turns alone, and a reconnecting browser finds them again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Protocol
+import uuid
+from typing import Any, Protocol
 
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.exceptions import ChannelFull
 
-from chatbridge.chat.recorder import WORKER_ID
-from chatbridge.core.protocol import ChatEvent
+from chatbridge.chat.viewers import (
+    ACK_WAIT,
+    VIEWERS_GROUP,
+    awaiting_acks,
+    channels_showing,
+    events_layer,
+    forget_channel,
+    layer_failed,
+    listening_on,
+    peers,
+    unacknowledged,
+)
+from chatbridge.chat.worker_messages import ChatEventCopy, Hidden, Showing
+from chatbridge.engine.protocol import ChatEvent
+from chatbridge.records.recorder import WORKER_ID
 
-__all__ = ["LocalSocket", "attach", "conversation_group", "detach", "publish", "sockets_here"]
+__all__ = [
+    "LocalSocket",
+    "announce",
+    "announce_everything",
+    "attach",
+    "conversations_here",
+    "deliver_here",
+    "detach",
+    "publish",
+    "sockets_here",
+]
+
+logger = logging.getLogger("chatbridge.chat")
 
 
 class LocalSocket(Protocol):
@@ -30,9 +60,12 @@ class LocalSocket(Protocol):
     def deliver(self, event: ChatEvent) -> None:
         """Take ``event`` to send, in order, without waiting for the client."""
 
+    async def rejoined(self) -> None:
+        """The channel layer is back after an outage: show the conversation again."""
+
 
 # The sockets of this process, by conversation. Only the sockets themselves add and remove
-# themselves (``attach`` when they join, ``detach`` when they close).
+# themselves (``attach`` when they open, ``detach`` when they close).
 _sockets: dict[str, set[LocalSocket]] = {}
 
 
@@ -53,43 +86,130 @@ def sockets_here(conversation_id: str) -> int:
     return len(_sockets.get(conversation_id, ()))
 
 
-logger = logging.getLogger("chatbridge.chat")
+def conversations_here() -> dict[str, list[LocalSocket]]:
+    """The conversations this process's sockets show, with those sockets."""
+    return {conversation_id: list(sockets) for conversation_id, sockets in _sockets.items()}
+
+
+def deliver_here(conversation_id: str, event: ChatEvent) -> None:
+    """Hand ``event`` to this process's sockets of the conversation."""
+    for socket in tuple(_sockets.get(conversation_id, ())):
+        socket.deliver(event)
+
+
 _publish_failing = False  # in an outage: log its first failure only
 
 
-def conversation_group(conversation_id: str) -> str:
-    """The channel-layer group of a conversation's sockets."""
-    return f"chat.{conversation_id}"
-
-
 async def publish(conversation_id: str, event: ChatEvent) -> None:
-    """Send ``event`` to every socket of the conversation: this process's at once, the
-    others' through the channel layer.
+    """Send ``event`` to every socket of the conversation: this process's at once, each other
+    worker that shows it once, through the channel layer.
 
     Best effort: a channel-layer error is logged, never raised into a turn or a tool (the
-    conversation's record is the database; a socket that missed events reconnects and gets
-    the state and open forms again).
+    conversation's record is the database; a socket that missed events is shown the state and
+    open forms again when the layer is back, or when it reconnects).
     """
-    for socket in tuple(_sockets.get(conversation_id, ())):
-        socket.deliver(event)
-    layer = get_channel_layer()
-    assert layer is not None, "CHANNEL_LAYERS is not configured"
-    if isinstance(layer, InMemoryChannelLayer):
-        return  # one process: every socket is here
-    message = {"type": "chat.event", "event": event.model_dump(mode="json"), "origin": WORKER_ID}
+    deliver_here(conversation_id, event)
+    channels = channels_showing(conversation_id)
+    if not channels:
+        return
+    layer = events_layer()
+    if layer is None:
+        return
+    message = ChatEventCopy(conversation_id=conversation_id, event=event.model_dump(mode="json"))
+    sent = message.model_dump(mode="json", exclude={"reply_to"})
+    for channel in channels:
+        await _send(layer, channel, sent, (event.type, conversation_id))
+
+
+async def _send(layer: Any, channel: str, message: dict[str, Any], what: tuple[str, str]) -> None:
     global _publish_failing
     for attempt in (1, 2):  # a pooled connection Redis dropped fails once, then reconnects
         try:
-            await layer.group_send(conversation_group(conversation_id), message)
+            await layer.send(channel, message)
+        except ChannelFull:  # its worker does not read: it is gone, or stuck
+            forget_channel(what[1], channel)
+            return
         except Exception as exc:  # Redis down or restarting
-            failure = (event.type, conversation_id, attempt, type(exc).__name__, exc)
             # The first failure of an outage is a warning; the rest (every event) is noise.
             log = logger.debug if _publish_failing else logger.warning
+            failure = (*what, attempt, type(exc).__name__, exc)
             log("event %s of conversation %s not published (attempt %d): %s: %s", *failure)
             if attempt == 2:
                 _publish_failing = True
+                layer_failed(exc)
             continue
         if _publish_failing:
             _publish_failing = False
             logger.info("publishing events works again")
         return
+
+
+# One announcement at a time, each saying what holds as it is sent: a socket closing as another
+# opens cannot leave the others believing the conversation hidden. (Made on the running loop.)
+_announcing: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+
+def _one_at_a_time() -> asyncio.Lock:
+    global _announcing
+    loop = asyncio.get_running_loop()
+    if _announcing is None or _announcing[0] is not loop:
+        _announcing = (loop, asyncio.Lock())
+    return _announcing[1]
+
+
+async def announce(conversation_id: str) -> None:
+    """Tell the other workers whether this one shows the conversation now (its first socket
+    opened, or its last closed); that it shows it, waiting (up to ``ACK_WAIT``) until the
+    workers it knows of have taken it in. A failure is left to the listener, which says
+    everything again once the layer is back."""
+    layer = events_layer()
+    if layer is None or listening_on() is None:
+        return  # one process; or the listener says everything when it (re)joins
+    token, taken_in = "", None
+    async with _one_at_a_time():
+        channel = listening_on()
+        if channel is None:
+            return
+        word: Showing | Hidden = Hidden(worker=WORKER_ID, conversation_id=conversation_id)
+        if sockets_here(conversation_id):
+            others = peers()
+            token = uuid.uuid4().hex if others else ""
+            taken_in = awaiting_acks(token, others) if others else None
+            word = Showing(
+                worker=WORKER_ID, channel=channel, conversations=[conversation_id], ack=token
+            )
+        try:
+            await layer.group_send(VIEWERS_GROUP, word.model_dump(mode="json"))
+        except Exception as exc:
+            unacknowledged(token)
+            layer_failed(exc)
+            return
+    if taken_in is not None:
+        try:
+            await asyncio.wait_for(taken_in.wait(), ACK_WAIT)
+        except TimeoutError:
+            silent = sorted(unacknowledged(token))
+            logger.info("workers %s did not answer in %.0f s; taken for gone", silent, ACK_WAIT)
+        else:
+            unacknowledged(token)
+
+
+async def announce_everything(*, ask_back: bool = False, to: str = "") -> None:
+    """Tell the other workers (or the one listening on ``to``) every conversation this one
+    shows; with ``ask_back``, ask them to say theirs. Raises if the layer fails (the listener
+    calls it, and starts again)."""
+    layer, channel = events_layer(), listening_on()
+    if layer is None or channel is None:
+        return
+    async with _one_at_a_time():
+        word = Showing(
+            worker=WORKER_ID,
+            channel=channel,
+            conversations=sorted(_sockets),
+            everything=True,
+            ask_back=ask_back,
+        )
+        if to:
+            await layer.send(to, word.model_dump(mode="json"))
+        else:
+            await layer.group_send(VIEWERS_GROUP, word.model_dump(mode="json"))

@@ -16,18 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from chatbridge.calls.commitment import abort_requested
+from chatbridge.calls.manager import SessionManager
 from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession
-from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.registry import get_registry
-from chatbridge.chat.store import worker_alive
-from chatbridge.core.commitment import abort_requested
-
-if TYPE_CHECKING:
-    from chatbridge.runtime import ChatBridgeRuntime
+from chatbridge.engine.engine import ChatHub
+from chatbridge.records import lease
+from chatbridge.records.lease import WORKER_ID
+from chatbridge.records.outage import db_call
+from chatbridge.records.periodic import Periodic
+from chatbridge.records.store import worker_alive
 
 __all__ = ["CommitmentSweeper"]
 
@@ -64,53 +66,41 @@ def _committed() -> list[_Committed]:
 
 
 def _claim(call_id: str, worker: str) -> list[dict[str, Any]] | None:
-    """Take the call from ``worker`` (compare-and-set); its journal, or None if taken."""
-    taken = ToolSession.objects.filter(
-        pk=call_id, worker=worker, status__in=ACTIVE_STATUSES
-    ).update(worker=WORKER_ID)
-    row = ToolSession.objects.filter(pk=call_id).first() if taken else None
+    """Take the call from ``worker`` (the lease's compare-and-set); its journal, or None if
+    another worker took it."""
+    row = lease.held_rows(call_id).first() if lease.claim(call_id, worker) else None
     return row.journal_entries() if row is not None else None
 
 
-class CommitmentSweeper:
-    """Finds committed calls no live worker holds and finishes them here."""
+class CommitmentSweeper(Periodic):
+    """Finds committed calls no live worker holds and finishes them here (every ``interval``
+    seconds; never when it is None)."""
 
-    def __init__(self, runtime: ChatBridgeRuntime, interval: float | None) -> None:
-        self.runtime = runtime
+    def __init__(self, manager: SessionManager, hub: ChatHub, interval: float | None) -> None:
+        what = "looking for committed calls"
+        every = interval if interval is not None else 0.0
+        super().__init__("chatbridge-commitments", self.sweep, every=every, what=what)
+        self.manager, self.hub = manager, hub
         self.interval = interval
-        self._task: asyncio.Task[None] | None = None
         self._followers: set[asyncio.Task[Any]] = set()
 
     def start(self) -> None:
-        if self.interval is not None and self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="chatbridge-commitments")
-
-    async def aclose(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        assert self.interval is not None
-        while True:
-            try:
-                await self.sweep()
-            except Exception:  # the database away: look again later
-                logger.exception("looking for committed calls failed")
-            await asyncio.sleep(self.interval)
+        if self.interval is not None:
+            super().start()
 
     async def sweep(self) -> list[str]:
         """Resume every committed call no live worker holds; their ids."""
         resumed: list[str] = []
-        manager = self.runtime.manager
-        for call in await sync_to_async(_committed)():
+        manager = self.manager
+        # Reads that wait out a short outage (a cut connection, a failover) like every other
+        # read of the runtime, instead of failing the sweep with a traceback in the log.
+        for call in await db_call(_committed):
             if manager.get(call.id) is not None:
                 continue
             mine = call.worker == WORKER_ID
             if mine and not manager.handed_over(call.id):
                 continue  # ending here: its recorder is writing the end
-            if not mine and await sync_to_async(worker_alive)(call.worker):
+            if not mine and await db_call(worker_alive, call.worker):
                 continue
             if await self._resume(call):
                 resumed.append(call.id)
@@ -119,7 +109,7 @@ class CommitmentSweeper:
     async def _resume(self, call: _Committed) -> bool:
         if call.conversation_id is not None:  # the chat resumes it, and shows it
             logger.info("committed chat call %s: resuming its conversation", call.id)
-            return await self.runtime.hub.recover(call.conversation_id)
+            return await self.hub.recover(call.conversation_id)
         plugin = get_registry().get(call.tool_name)
         if plugin is None:
             logger.error("committed call %s: tool %r is not served here", call.id, call.tool_name)
@@ -128,7 +118,7 @@ class CommitmentSweeper:
         if journal is None:
             return False
         logger.info("committed MCP call %s: resumed from worker %r", call.id, call.worker)
-        session = await self.runtime.manager.create(
+        session = await self.manager.create(
             plugin.tool,
             call.arguments,
             call_id=call.id,

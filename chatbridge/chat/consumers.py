@@ -9,27 +9,25 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.utils import await_many_dispatch
 from django.template.loader import render_to_string
 from pydantic import ValidationError
 
-from chatbridge.chat.broadcast import attach, detach
+from chatbridge.asgi_types import Scope
+from chatbridge.author.exceptions import ChatBridgeError, RefusalCode, format_errors
+from chatbridge.author.human import nul_refusal
+from chatbridge.calls import strict_json
+from chatbridge.calls.storable import nul_at
+from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.disconnects import client_gone
-from chatbridge.chat.layer_link import LayerLink
 from chatbridge.chat.limits import TokenBucket
-from chatbridge.chat.links import remember_origin
 from chatbridge.chat.models import Conversation
-from chatbridge.chat.outage import DatabaseUnavailable, db_call
-from chatbridge.chat.recorder import WORKER_ID
 from chatbridge.chat.rendering import SocketView, render_event
-from chatbridge.chat.store import owner_key
 from chatbridge.conf import setting
-from chatbridge.core import strict_json
-from chatbridge.core.engine import CommandRefused
-from chatbridge.core.exceptions import ChatBridgeError, format_errors
-from chatbridge.core.human import nul_refusal
-from chatbridge.core.protocol import (
-    EVENT_ADAPTER,
+from chatbridge.engine.engine import CommandRefused
+from chatbridge.engine.protocol import (
     MAX_USER_MESSAGE,
     Abort,
     Approve,
@@ -42,7 +40,9 @@ from chatbridge.core.protocol import (
     UserMessageCommand,
     parse_command,
 )
-from chatbridge.core.storable import nul_at
+from chatbridge.records.outage import DatabaseUnavailable, db_call
+from chatbridge.records.store import owner_key
+from chatbridge.records.url_links import remember_origin
 from chatbridge.runtime import current_runtime
 
 __all__ = [
@@ -85,7 +85,7 @@ def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, **{k: v for k, v in data.items() if k not in ("command", "HEADERS")}}
 
 
-def _page_origin(scope: dict[str, Any]) -> str:
+def _page_origin(scope: Scope) -> str:
     """The chat page's origin: the socket's Origin header (checked to be this site's by
     ``SameOriginValidator``), else its Host; links of URL questions point there."""
     headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
@@ -143,8 +143,12 @@ def _with_nul(data: dict[str, Any]) -> str | None:
     return nul_refusal(_TEXTS.get(str(where[0]) if where else "", "This command"))
 
 
-class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    """Forwards commands to the hub and renders the conversation's events for this socket."""
+class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+    """Forwards commands to the hub and renders the conversation's events for this socket.
+
+    A socket has no channel of its own in the channel layer: events of this process reach
+    ``deliver``, and those of other workers reach this worker's listener, which hands them to
+    ``deliver`` too (``chatbridge.chat.broadcast``)."""
 
     conversation_id: str
     json_mode: bool
@@ -155,16 +159,20 @@ class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # 
     _sender: asyncio.Task[None] | None = None
     lagging = False  # fell MAX_OUTBOX events behind: being closed
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Channels' ``AsyncConsumer.__call__`` without a channel in the channel layer: the
+        client's frames are the one source."""
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        with contextlib.suppress(StopConsumer):
+            await await_many_dispatch([receive], self.dispatch)
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels checks database connections before every handler, in a thread hop; frames
-        and events touch no database here, so only connects and disconnects pay for it."""
-        if message["type"] in ("websocket.receive", "chat.event"):
-            handler = (
-                self.websocket_receive
-                if message["type"] == "websocket.receive"
-                else self.chat_event
-            )
-            await handler(message)
+        touch no database here, so only connects and disconnects pay for it."""
+        if message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
         else:
             await super().dispatch(message)
 
@@ -191,12 +199,13 @@ class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # 
             )
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        await self.join()  # while the channel layer is down, once it is back
-        # Events of this process come straight to ``deliver``; they wait in the outbox until
-        # the state and the open forms below are sent.
+        # Events come to ``deliver``; they wait in the outbox until the state and the open
+        # forms below are sent. The other workers learn that this one shows the conversation
+        # before it asks the worker running its turn, if another, to show it (``recover``).
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
         attach(self.conversation_id, self)
         try:
+            await announce(self.conversation_id)
             await self.accept()
             remember_origin(self.conversation_id, _page_origin(self.scope))
             hub = current_runtime().hub
@@ -219,16 +228,16 @@ class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # 
         if self._sender is not None:  # and forget it: its cancellation would keep us alive
             self._sender.cancel()
             self._sender = None
-        if hasattr(self, "conversation_id"):
+        if hasattr(self, "outbox"):  # it was attached
             detach(self.conversation_id, self)
-            await self.leave()
+            await announce(self.conversation_id)
 
     async def rejoined(self) -> None:
         """The channel layer is back after an outage: the conversation's state again, and
         the worker running its turn, if another, shows its open questions again (events it
         published meanwhile were lost)."""
         hub = current_runtime().hub
-        await self.send_event(hub.state(self.conversation_id))
+        self.deliver(hub.state(self.conversation_id))  # in order with the events queued
         await hub.recover(self.conversation_id)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -313,12 +322,13 @@ class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # 
         elif isinstance(command, Stop):
             await hub.stop(self.conversation_id)
 
-    async def refuse(self, code: str, message: str) -> None:
+    async def refuse(self, code: RefusalCode, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))
 
     def deliver(self, event: ChatEvent) -> None:
-        """An event of the conversation published in this process: sent in order by the
-        socket's outbox task. A client that stops reading is closed, not waited for."""
+        """An event of the conversation, published in this process or handed over by this
+        worker's listener: sent in order by the socket's outbox task. A client that stops
+        reading is closed, not waited for."""
         if self.closed or self.lagging:
             return
         if self.outbox.qsize() >= MAX_OUTBOX:
@@ -339,12 +349,6 @@ class ChatConsumer(LayerLink, AsyncWebsocketConsumer):  # type: ignore[misc]  # 
                 await self.send_event(event)
             except Exception:  # one event that cannot be sent does not end the socket
                 logger.exception("event %s not sent to a socket", event.type)
-
-    async def chat_event(self, message: dict[str, Any]) -> None:
-        """Group handler: an event of the conversation published by another process (this
-        process's events reached ``deliver`` already)."""
-        if not self.closed and message.get("origin") != WORKER_ID:
-            await self.send_event(EVENT_ADAPTER.validate_python(message["event"]))
 
     async def send_event(self, event: ChatEvent) -> None:
         if self.closed:

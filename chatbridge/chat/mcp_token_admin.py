@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from chatbridge.chat.admin_display import NOTHING, ago, when
-from chatbridge.chat.mcp_tokens import issue_token, revoke_tokens
 from chatbridge.chat.models import McpToken
+from chatbridge.records.mcp_tokens import issue_token, revoke_tokens
 
 __all__ = ["McpTokenAdmin"]
 

@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from chatbridge.calls.outcome import Outcome
+
 
 class Conversation(models.Model):
     """A chat: its owner, title and the engine phase it is in."""
@@ -135,13 +137,14 @@ NO_PENDING: dict[str, Any] = {
 }
 
 
-def aborted_row(*, by: str, error: str, now: datetime) -> dict[str, Any]:
+def aborted_row(*, by: str, error: str, now: datetime, outcome: Outcome) -> dict[str, Any]:
     """The columns of a session row marked aborted where no tool is left to record it (an
     operator's abort of an orphan, a task ended on record): final, and no question open."""
     return {
         "status": "aborted",
         "phase": FINAL_PHASE,
         "error": error,
+        "outcome": outcome.model_dump(mode="json"),
         "aborted_by": by,
         "aborted_at": now,
         "ended_at": now,
@@ -187,6 +190,12 @@ class ToolSession(models.Model):
     )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    outcome = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="how the call ended, as a value (chatbridge.calls.outcome): completed, "
+        "declined, cancelled, denied, aborted by whom and why, or failed",
+    )
     logs = models.JSONField(
         default=list, blank=True, help_text="the call's last log lines: level, message, data"
     )

@@ -7,25 +7,18 @@ import uuid
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from chatbridge.calls.outcome import OPERATOR, Aborted, describe
 from chatbridge.chat.models import ACTIVE_STATUSES, Message, ToolSession, aborted_row
-from chatbridge.chat.store import _append
 from chatbridge.chat.workers import broadcast_abort
-from chatbridge.core.tool_calls import stopped_message
+from chatbridge.engine.tool_message import tool_message
+from chatbridge.records.store import _append
 
-__all__ = ["DEFAULT_ABORT_REASON", "OPERATOR_PREFIX", "abort_tool_session", "operator_reason"]
+__all__ = ["DEFAULT_ABORT_REASON", "OPERATOR_PREFIX", "abort_tool_session"]
 
 # What the admin's reason field starts with; the user reads "Stopped by an operator: <reason>".
 DEFAULT_ABORT_REASON = "maintenance"
 # ``ToolSession.aborted_by`` of an operator's abort is "operator <name>".
-OPERATOR_PREFIX = "operator "
-
-
-def operator_reason(error: str, aborted_by: str) -> str:
-    """The reason an operator typed, from an abort's text ``Aborted by operator <name>: <reason>``
-    (what the live event and the row's ``error`` carry); "" if none was given."""
-    if not aborted_by.startswith(OPERATOR_PREFIX):
-        return ""
-    return error.removeprefix(f"Aborted by {aborted_by}").removeprefix(":").strip()
+OPERATOR_PREFIX = OPERATOR
 
 
 def abort_tool_session(
@@ -42,17 +35,17 @@ def abort_tool_session(
         return f"Session {session.id} is not live ({session.status})."
     by = f"{OPERATOR_PREFIX}{operator}"
     reason = reason.strip()
-    message = f"Aborted by {by}" + (f": {reason}" if reason else "")
+    outcome = Aborted(by="operator", who=operator, reason=reason)
     # On record before the worker ends the call: whoever renders the ended call finds it.
     ToolSession.objects.filter(pk=session.id, status__in=ACTIVE_STATUSES).update(
         abort_reason=reason
     )
-    reply = async_to_sync(broadcast_abort)(session.id, message, by, wait)
+    reply = async_to_sync(broadcast_abort)(session.id, reason, by, wait)
     if reply is not None:  # its recorder writes the final state as the tool stops
-        worker = reply["worker"]
-        if reply.get("said"):
-            return f"Session {session.id} on worker {worker} was not stopped: {reply['said']}"
-        if reply.get("decision") == "pending":
+        worker = reply.worker
+        if reply.said:
+            return f"Session {session.id} on worker {worker} was not stopped: {reply.said}"
+        if reply.decision == "pending":
             return f"Session {session.id}: worker {worker} took the abort; it is under way."
         return f"Session {session.id} aborted on worker {worker}."
     # No worker holds it. A call that has not committed is ended on record; the update is
@@ -62,21 +55,26 @@ def abort_tool_session(
         pk=session.id, status__in=ACTIVE_STATUSES, committed=""
     ).update(
         abort_reason=reason,
-        **aborted_row(by=by, error=f"{message} (no running worker held it)", now=timezone.now()),
+        **aborted_row(
+            by=by,
+            error=f"{describe(outcome)} (no running worker held it)",
+            now=timezone.now(),
+            outcome=outcome,
+        ),
     )
     if ended:
-        _tell_the_model(session, by, message)
+        _tell_the_model(session, outcome)
         return f"Session {session.id} was held by no running worker; marked aborted."
-    return _committed_orphan(session.id, message, by)
+    return _committed_orphan(session.id, reason, by)
 
 
-def _committed_orphan(session_id: str, message: str, by: str) -> str:
+def _committed_orphan(session_id: str, reason: str, by: str) -> str:
     """A committed call no worker holds is never ended on record: the request to stop is
     kept, and the worker that resumes the call finishes it or runs its compensation."""
     row = ToolSession.objects.filter(pk=session_id).first()
     if row is None or row.status not in ACTIVE_STATUSES:
         return f"Session {session_id} is not live."
-    request = {**(row.commitment or {}), "abort_reason": message, "abort_by": by}
+    request = {**(row.commitment or {}), "abort_reason": reason, "abort_by": by}
     ToolSession.objects.filter(pk=session_id, status__in=ACTIVE_STATUSES).update(commitment=request)
     return (
         f"Session {session_id} has committed ({row.committed}) and no running worker holds "
@@ -85,7 +83,7 @@ def _committed_orphan(session_id: str, message: str, by: str) -> str:
     )
 
 
-def _tell_the_model(session: ToolSession, by: str, message: str) -> None:
+def _tell_the_model(session: ToolSession, outcome: Aborted) -> None:
     """The chat call's tool message, written here because no worker will write it: without
     it the next turn would find the call lost and the model might start it again."""
     if session.conversation_id is None:
@@ -97,5 +95,5 @@ def _tell_the_model(session: ToolSession, by: str, message: str) -> None:
         _append(
             str(session.conversation_id),
             uuid.uuid4().hex,
-            {"role": "tool", "tool_call_id": session.id, "content": stopped_message(by, message)},
+            {"role": "tool", "tool_call_id": session.id, "content": tool_message(outcome)},
         )

@@ -10,21 +10,19 @@ request's host must be in ``ALLOWED_HOSTS`` either way (as Django's own host che
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
+from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
+
 __all__ = ["SameOriginValidator", "origin_allowed", "request_origin_allowed"]
 
 logger = logging.getLogger("chatbridge.chat")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 # A page's origin says http or https; the request it makes says ws, wss, http or https, and
 # behind a proxy that ends TLS the server sees ws for a page on https. So schemes are not
@@ -95,7 +93,7 @@ class SameOriginValidator:
     in ``CSRF_TRUSTED_ORIGINS``, may connect; others are closed before the handshake (HTTP
     403). The settings are read on each connection."""
 
-    def __init__(self, application: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    def __init__(self, application: ASGIApp) -> None:
         self.application = application
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -7,8 +7,8 @@ from functools import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from chatbridge import McpTool, Plugin, PluginRegistry
 from chatbridge.conf import setting
-from chatbridge.core import McpTool, Plugin, PluginRegistry
 
 __all__ = ["get_registry", "get_ui_resources"]
 

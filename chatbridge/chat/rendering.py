@@ -10,16 +10,26 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from django.template.loader import render_to_string, select_template
 from django.utils.safestring import SafeString, mark_safe
 
-from chatbridge.core.approval import DENIED_BY
-from chatbridge.core.commitment import CommitmentNote
-from chatbridge.core.elicit import ElicitRequest
-from chatbridge.core.human import chat_error_text, field_label, human_value
-from chatbridge.core.protocol import (
+from chatbridge.author.elicit import ElicitRequest
+from chatbridge.author.human import chat_error_text, field_label, human_value
+from chatbridge.calls.commitment import CommitmentNote
+from chatbridge.calls.outcome import (
+    OUTCOME,
+    Aborted,
+    Cancelled,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+    call_status,
+)
+from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,
     ChatEvent,
@@ -34,7 +44,6 @@ from chatbridge.core.protocol import (
     ToolCallEvent,
     UserMessage,
 )
-from chatbridge.core.tool_calls import USER_ABORT
 
 if TYPE_CHECKING:
     from chatbridge.chat.models import ToolSession
@@ -56,8 +65,8 @@ class ToolCallView:
     error: str | None = None
     progress: ProgressNote | None = None
     logs: list[LogLine] = field(default_factory=list)
-    aborted_by: str = ""  # who aborted an "aborted" call: "user", "operator <name>", "server"
     commitment: str = ""  # what became of a committed call (a payment), in words
+    ended: Outcome | None = None  # how it ended (None while it runs)
 
     @property
     def arguments_text(self) -> str:
@@ -69,16 +78,29 @@ class ToolCallView:
 
     @property
     def outcome(self) -> str:
-        """What happened, as the badge tells it (not only the session's status): a completed
-        call whose tool reports a declined or cancelled question was declined or cancelled."""
-        if self.status == "completed":
-            return _result_outcome(self.result)
-        if self.status == "aborted":
-            if self.aborted_by == USER_ABORT:
+        """What happened, as the badge tells it (not only the session's status): a call whose
+        question was declined or cancelled, or whose own result says it did not do its job."""
+        match self.ended:
+            case None:
+                return self.status
+            case Completed():
+                return _result_outcome(self.ended.result)
+            case Declined():
+                return "declined"
+            case Cancelled():
+                return "cancelled"
+            case Denied():
+                return "denied"
+            case Failed():
+                return "failed"
+            case Aborted(by="user"):
                 return "stopped-by-you"
-            if self.aborted_by.startswith("operator"):
+            case Aborted(by="operator"):
                 return "stopped-by-operator"
-        return self.status
+            case Aborted():
+                return "aborted"
+            case _:
+                assert_never(self.ended)
 
     @property
     def badge(self) -> str:
@@ -87,16 +109,12 @@ class ToolCallView:
     @property
     def operator_reason(self) -> str:
         """The reason an operator gave for stopping the call ("" if none)."""
-        error = self.error or ""
-        prefix = f"Aborted by {self.aborted_by}"
-        if error.startswith(prefix):
-            error = error[len(prefix) :]
-        return error.removesuffix(" (no running worker held it)").strip(" :")
+        return self.ended.reason if isinstance(self.ended, Aborted) else ""
 
     @property
     def denial_reason(self) -> str:
         """The reason the user gave when they denied the call ("" if none)."""
-        return (self.error or "").removeprefix("Denied by the user").strip(" :.")
+        return self.ended.reason if isinstance(self.ended, Denied) else ""
 
 
 BADGES = {
@@ -115,20 +133,13 @@ _DONE_FLAGS = ("booked", "ok", "success", "done", "received", "chosen", "picked"
 
 
 def _result_outcome(result: Any) -> str:
-    """ "completed", or "declined"/"cancelled"/"incomplete" when the tool's own result says
-    it did not do its job (``{"booked": false, "reason": "seat selection declined"}``)."""
+    """ "completed", or "incomplete" ("cancelled") when the tool's own result says, in its
+    flags, that it did not do its job (``{"booked": false}``, ``{"cancelled": true}``)."""
     if not isinstance(result, Mapping):
         return "completed"
     if result.get("cancelled") is True:
         return "cancelled"
-    if not any(result.get(flag) is False for flag in _DONE_FLAGS):
-        return "completed"
-    reason = str(result.get("reason") or "").lower()
-    if "declin" in reason:
-        return "declined"
-    if "cancel" in reason:
-        return "cancelled"
-    return "incomplete"
+    return "incomplete" if any(result.get(flag) is False for flag in _DONE_FLAGS) else "completed"
 
 
 def render_form(
@@ -171,15 +182,11 @@ def _oob(swap: str, inner: str) -> str:
     return f'<div hx-swap-oob="{swap}">{inner}</div>'
 
 
-def _recorded_outcome(row: ToolSession) -> tuple[str, Any, str | None]:
-    """A card's status, result and error from the call's session row."""
-    if row.active:
-        return "running", None, None
-    if row.status == "aborted":  # who aborted it is ``row.aborted_by``, read by the caller
-        return ("denied" if row.aborted_by == DENIED_BY else "aborted"), None, row.error
-    if row.status == "failed":
-        return "failed", None, row.error
-    return "completed", row.result, None
+def _recorded_outcome(row: ToolSession) -> Outcome | None:
+    """How the call of a session row ended (None while it runs)."""
+    if row.active or row.outcome is None:
+        return None
+    return OUTCOME.validate_python(row.outcome)
 
 
 def _recorded_commitment(row: ToolSession) -> str:
@@ -239,9 +246,11 @@ def transcript(
             )
             row, answer = sessions.get(call.id), results.get(call.id)
             if row is not None:
-                call.status, call.result, call.error = _recorded_outcome(row)
+                call.ended = _recorded_outcome(row)
+                call.status = call_status(call.ended) if call.ended is not None else "running"
+                call.result = row.result if call.ended is not None else None
+                call.error = row.error or None
                 call.logs, call.progress = _recorded_notes(row)
-                call.aborted_by = row.aborted_by or ""
                 call.commitment = _recorded_commitment(row)
             elif answer is not None:
                 call.status, call.result, call.error = _unrecorded_outcome(
@@ -311,8 +320,7 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         call = ToolCallView(
             event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
         )
-        call.aborted_by = event.aborted_by
-        call.commitment = event.commitment
+        call.ended, call.commitment = event.outcome, event.commitment
         if event.status in ("running", "denied") and event.call_id not in seen:
             seen.add(event.call_id)
             return _oob("beforeend:#transcript", tool_card(call))

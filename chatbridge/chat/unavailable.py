@@ -21,7 +21,7 @@ from typing import Any
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponse
 
-from chatbridge.chat.outage import RETRY_AFTER, is_outage
+from chatbridge.records.outage import RETRY_AFTER, is_outage
 
 __all__ = ["DatabaseUnavailableMiddleware", "unavailable_response"]
 

@@ -26,20 +26,21 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
-from chatbridge.chat import links
+from chatbridge.author.elicit import ElicitId
+from chatbridge.author.exceptions import LinkUnusable
+from chatbridge.author.human import nul_refusal
+from chatbridge.author.schema import FieldInfo, describe_fields
+from chatbridge.calls.links import UrlQuestion
+from chatbridge.calls.storable import nul_at
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.reporting import UrlPageReporterFilter
-from chatbridge.chat.store import owner_key
 from chatbridge.conf import setting
-from chatbridge.core.conversation import counted
-from chatbridge.core.elicit import ElicitId
-from chatbridge.core.exceptions import LinkUnusable
-from chatbridge.core.human import nul_refusal
-from chatbridge.core.links import UrlQuestion
-from chatbridge.core.schema import FieldInfo, describe_fields
-from chatbridge.core.storable import nul_at
+from chatbridge.engine.conversation import counted
+from chatbridge.records import url_links as links
+from chatbridge.records.store import owner_key
+from chatbridge.runtime import current_runtime
 
 SIDEBAR_SIZE = 50
 MAX_TITLE = 120  # Conversation.title's max_length
@@ -366,7 +367,7 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
                 message=row.message,
                 context=row.context,
                 params=row.params,
-                complete=partial(links.complete, token),
+                complete=partial(links.complete, token, current_runtime().manager),
             )
             try:
                 response = await page(request, question)

@@ -34,8 +34,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from chatbridge.core.elicit import ElicitRequest
-from chatbridge.core.sessions import PluginSession
+from chatbridge.author.elicit import ElicitRequest
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.results import error_of
 
@@ -168,7 +168,7 @@ def question(
         return error_of(found)
     session, request = found
     ui_context = (request.ui or {}).get("context") or {}
-    refused = session.pending_errors
+    refused = session.question.error if session.question is not None else None
     structured = {
         "message": request.message,
         "key": request.key,

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import anyio
@@ -26,10 +26,11 @@ from mcp.server.streamable_http_manager import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
     StreamableHTTPASGIApp,
 )
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from chatbridge.asgi_types import Receive, Scope, Send
 from chatbridge.chat.origins import request_origin_allowed
 from chatbridge.mcp.callers import (
     OPERATOR,
@@ -43,9 +44,13 @@ from chatbridge.mcp.callers import (
 )
 from chatbridge.mcp.caps import SessionCaps, opens_session
 from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions
+from chatbridge.mcp.peer_watch import Peers
+from chatbridge.mcp.relay_wire import worker_tag
 from chatbridge.mcp.replay import ElsewhereReplay
 from chatbridge.mcp.resource import METADATA_PATHS, ResourceServer
 from chatbridge.mcp.server import McpBridge
+from chatbridge.mcp.session_relay import SessionRelay
+from chatbridge.mcp.transport import quiet_session_ended, transport_security
 
 __all__ = ["McpEndpoint", "transport_security"]
 
@@ -56,50 +61,6 @@ _CLOSED = (
     "operator, set CHATBRIDGE_MCP_TOKEN to require a shared bearer token, or "
     "CHATBRIDGE_MCP_PUBLIC=1 to let anyone who reaches it call the tools."
 )
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
-class _SessionEndedFilter(logging.Filter):
-    """Drops the SDK's ERROR traceback for the same race (it logs before raising): a closed
-    stream under a POST means its session was just ended, which is no error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not (
-            isinstance(error, anyio.ClosedResourceError)
-            and record.getMessage() == "Error handling POST request"
-        )
-
-
-_SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
-_SESSION_ENDED = _SessionEndedFilter()
-
-
-def transport_security(
-    allowed_hosts: Sequence[str], trusted_origins: Sequence[str] = ()
-) -> TransportSecuritySettings:
-    """The SDK's DNS-rebinding protection from Django's ``ALLOWED_HOSTS`` (any port) and
-    ``CSRF_TRUSTED_ORIGINS``. ``McpEndpoint`` checks origins more strictly (the port too)
-    before the SDK sees a request; the SDK's checks stay as a second line, and for ``Host``."""
-    hosts = [h.lstrip(".") for h in allowed_hosts]
-    if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[form for h in hosts for form in (h, f"{h}:*")],
-        allowed_origins=[
-            *(
-                form
-                for h in hosts
-                for scheme in ("http", "https")
-                for form in (f"{scheme}://{h}", f"{scheme}://{h}:*")
-            ),
-            *(form for o in trusted_origins for form in (o.rstrip("/"), o.rstrip("/").lower())),
-        ],
-    )
 
 
 async def _refuse(
@@ -148,6 +109,7 @@ class McpEndpoint:
         user_token_prefix: str = "",
         events: EventLog | None = None,
         retry_ms: int = 1000,
+        peers: Peers | None = None,
     ) -> None:
         """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
         to requests without a token; ``check_token``: users' own MCP tokens.
@@ -156,7 +118,9 @@ class McpEndpoint:
         closed; ``max_sessions``: legacy sessions open at once in all (the SDK's cap).
         ``resource_server``: the OAuth authorization servers whose tokens are accepted.
         ``events`` keeps what each SSE stream sent, for clients that reconnect (in this
-        process unless given one that workers share); ``retry_ms`` is how long they wait."""
+        process unless given one that workers share); ``retry_ms`` is how long they wait.
+        ``peers``: the other workers, to which requests for the legacy sessions they hold are
+        relayed (``mcp/session_relay.py``); without, this process is alone."""
         self.bridge = bridge
         self.resource_server = resource_server
         self.public = public
@@ -166,8 +130,7 @@ class McpEndpoint:
         self.retry_ms = retry_ms
         security = transport_security(allowed_hosts, trusted_origins)
         self._security = TransportSecurityMiddleware(security)
-        if _SESSION_ENDED not in _SDK_TRANSPORT_LOG.filters:
-            _SDK_TRANSPORT_LOG.addFilter(_SESSION_ENDED)
+        quiet_session_ended()
         # What Server.streamable_http_app builds, with a session manager that gives every
         # session its own scope of the event log (mcp/events.py).
         self.manager = ResumableSessions(
@@ -177,12 +140,14 @@ class McpEndpoint:
             security_settings=security,
             session_idle_timeout=session_idle,
             max_sessions=max_sessions,
+            tag=worker_tag(peers.worker) if peers is not None else "",
         )
         self.app = Starlette(routes=[Route("/mcp", endpoint=StreamableHTTPASGIApp(self.manager))])
         # The per-caller count asks the SDK's own record of the sessions it holds (ended ones
         # leave it at once, however they end) rather than keep a copy that could drift.
         self.sessions = SessionCaps(sessions_per_caller, self.manager.holds)
         self.replay = ElsewhereReplay(self.manager, self.events, self._security, retry_ms)
+        self.relay = None if peers is None else SessionRelay(peers, self._serve_held, self.manager)
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -225,6 +190,8 @@ class McpEndpoint:
                 await asyncio.wait_for(self._idle.wait(), grace)
         self._stop.set()
         await asyncio.wait({runner})
+        if self.relay is not None:
+            await self.relay.aclose()
         await self.events.aclose()
 
     @property
@@ -354,9 +321,28 @@ class McpEndpoint:
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return
-        if scope["type"] == "http" and await self.replay.serve(scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if self.relay is not None:
+            relayed = await self.relay.forward(scope, receive, send)
+            if relayed is None:
+                return  # the worker holding its session answered
+            receive = relayed
+        if not await self.replay.serve(scope, receive, send):
+            await self._answer(scope, receive, send)
+
+    async def _serve_held(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request another worker relayed here, for a session held here (its origin checked
+        and its caller identified there)."""
+        if self._runner is None or self._runner.done():
+            await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
+            return
+        await self._answer(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The SDK's answer; a POST is counted while it is answered (``aclose`` waits)."""
+        if scope.get("method") != "POST":
             await self.app(scope, receive, send)  # event streams last until closed
             return
         quota = scope[SCOPE_KEY].quota if opens_session(scope) else None

@@ -17,14 +17,15 @@ from typing import Any
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from chatbridge.core.sessions import PluginSession
+from chatbridge.calls.outcome import BY_CLIENT
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.levels import hears
 
 __all__ = ["CANCELLED_BY", "CLIENT_CANCELLED", "CLIENT_GONE", "Cancellations"]
 
 CLIENT_GONE = "the MCP client went away"
 CLIENT_CANCELLED = "the MCP client cancelled the call"
-CANCELLED_BY = "mcp-client"  # aborted_by of a call its client cancelled
+CANCELLED_BY = BY_CLIENT  # aborted_by of a call its client cancelled
 
 
 def cancelled_by_client(ctx: ServerRequestContext[Any, Any]) -> bool:

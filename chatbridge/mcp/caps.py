@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from chatbridge.core.sessions import PluginSession
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.callers import Refusal
 
 __all__ = ["TOO_MANY_CALLS", "CallCaps", "SessionCaps", "opens_session"]

@@ -12,14 +12,12 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from chatbridge.chat.mcp_tokens import PREFIX, find_token
-from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
-from chatbridge.chat.recorder import WORKER_ID
+from chatbridge.calls.manager import SessionManager
+from chatbridge.calls.outcome import aborted, describe
+from chatbridge.chat.models import JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.registry import get_registry, get_ui_resources
-from chatbridge.chat.store import DjangoStore, worker_alive
-from chatbridge.chat.workers import route_task
+from chatbridge.chat.workers import route_round, route_task
 from chatbridge.conf import setting
-from chatbridge.core.manager import SessionManager
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller
 from chatbridge.mcp.events import EventLog, MemoryEventLog, RedisEventLog
@@ -28,6 +26,9 @@ from chatbridge.mcp.results import StoredCall
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.tasks import TRANSPORT
+from chatbridge.records.lease import WORKER_ID, CallLease
+from chatbridge.records.mcp_tokens import PREFIX, find_token
+from chatbridge.records.store import worker_alive
 
 __all__ = [
     "DjangoCallStore",
@@ -54,6 +55,8 @@ def _stored(row: ToolSession) -> StoredCall:
         row.aborted_by,
         row.commitment,
         row.committed,
+        row.outcome,
+        row.worker,
     )
 
 
@@ -63,10 +66,22 @@ def _load(call_id: str) -> StoredCall | None:
 
 
 class DjangoCallStore:
-    """MCP calls as the recorder persisted them: resumed by replay after a restart."""
+    """MCP calls as the recorder persisted them: resumed by replay after a restart, by the
+    worker that claims them (``chatbridge.records.lease``)."""
+
+    worker = WORKER_ID
 
     async def load(self, call_id: str) -> StoredCall | None:
         return await sync_to_async(_load)(call_id)
+
+    async def alive(self, worker: str) -> bool:
+        return await sync_to_async(worker_alive)(worker)
+
+    async def claim(self, call_id: str, holder: str) -> bool:
+        return await CallLease().claim(call_id, holder)
+
+    async def route(self, holder: str, message: dict[str, Any]) -> dict[str, Any] | None:
+        return await route_round(holder, message)
 
 
 def _find_task(call_id: str) -> TaskRecord | None:
@@ -90,16 +105,6 @@ def _find_task(call_id: str) -> TaskRecord | None:
     )
 
 
-def _end_task(call_id: str, holder: str, reason: str, by: str) -> bool:
-    """Compare-and-set on the holder, like a claim: one worker ends the suspended call. A
-    committed call is never ended on record (it is resumed and finished instead)."""
-    return bool(
-        ToolSession.objects.filter(
-            pk=call_id, worker=holder, status__in=ACTIVE_STATUSES, committed=""
-        ).update(worker=WORKER_ID, **aborted_row(by=by, error=reason, now=timezone.now()))
-    )
-
-
 class DjangoTaskCluster:
     """Tasks on the database every worker shares, routed through the channel layer."""
 
@@ -112,13 +117,16 @@ class DjangoTaskCluster:
         return await sync_to_async(worker_alive)(worker)
 
     async def claim(self, call_id: str, worker: str) -> bool:
-        return await DjangoStore().claim(call_id, worker)
+        return await CallLease().claim(call_id, worker)
 
     async def route(self, worker: str, message: dict[str, Any]) -> dict[str, Any] | None:
         return await route_task(worker, message)
 
     async def end(self, call_id: str, worker: str, reason: str, by: str) -> bool:
-        return await sync_to_async(_end_task)(call_id, worker, reason, by)
+        """One worker ends the suspended call (a committed one never: see ``lease.end``)."""
+        ended = aborted(reason, by, None)
+        row = aborted_row(by=by, error=describe(ended), now=timezone.now(), outcome=ended)
+        return await CallLease().end(call_id, worker, row)
 
 
 async def check_user_token(secret: str) -> Caller | None:
@@ -140,6 +148,7 @@ def django_allowed_hosts() -> list[str]:
 def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
     """The ``/mcp`` endpoint; its tool calls are sessions of ``manager``."""
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    store = DjangoCallStore()
     bridge = McpBridge(
         get_registry(),
         manager,
@@ -150,7 +159,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
             max_calls_per_caller=setting("CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER"),
         ),
         render_ui=lambda uri: render_to_string(get_ui_resources()[uri], {}),
-        store=DjangoCallStore(),
+        store=store,
         cluster=DjangoTaskCluster(),
     )
     redis_url = setting("CHATBRIDGE_MCP_EVENTS_REDIS")
@@ -172,6 +181,7 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         session_idle=setting("CHATBRIDGE_MCP_SESSION_IDLE"),
         resource_server=_resource_server(),
         user_token_prefix=PREFIX,
+        peers=store,  # requests for legacy sessions other workers hold are relayed to them
     )
 
 

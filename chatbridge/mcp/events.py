@@ -235,19 +235,30 @@ class SessionEvents(EventStore):
 
 
 class ResumableSessions(StreamableHTTPSessionManager):
-    """The SDK's session manager, giving each session its own ``SessionEvents`` on ``log``."""
+    """The SDK's session manager, giving each session its own ``SessionEvents`` on ``log``.
 
-    def __init__(self, app: Any, log: EventLog, **options: Any) -> None:
+    With a ``tag`` (this worker's, ``mcp/session_relay.py``) a session's id names the worker
+    holding it, ``<hex>.<tag>``: another worker that receives a request for it knows where to
+    relay it."""
+
+    def __init__(self, app: Any, log: EventLog, *, tag: str = "", **options: Any) -> None:
         # The shared store only switches resumability on; every session gets its own scope.
         super().__init__(app, event_store=SessionEvents(log, ""), **options)
-        self.log = log
+        self.log, self.tag = log, tag
 
     def _admit_session(
         self, requestor: AuthorizationContext | None
     ) -> StreamableHTTPServerTransport | None:
         transport = super()._admit_session(requestor)
-        if transport is not None and transport.mcp_session_id is not None:
-            transport._event_store = SessionEvents(self.log, transport.mcp_session_id)
+        if transport is None or transport.mcp_session_id is None:
+            return transport
+        if self.tag:  # re-keyed before any await: nothing has seen the SDK's id yet
+            plain = transport.mcp_session_id
+            transport.mcp_session_id = session_id = f"{plain}.{self.tag}"
+            self._server_instances[session_id] = self._server_instances.pop(plain)
+            if plain in self._session_owners:
+                self._session_owners[session_id] = self._session_owners.pop(plain)
+        transport._event_store = SessionEvents(self.log, transport.mcp_session_id)
         return transport
 
     def holds(self, session_id: str) -> bool:

@@ -3,7 +3,8 @@
 A 2026-07-28 round trip and a task both leave a live session waiting for a client that may
 never come back; each arms a timer when it hands the client a question and disarms it while a
 request is working on the call. When the timer fires, the session is aborted in a task of its
-own (nothing cancels it), with the reason the caller gives.
+own (nothing cancels it), with the reason the caller gives. The timers live in this process:
+a call parked by a worker that is gone is ended by the sweep of ``mcp/parked.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from chatbridge.core.sessions import PluginSession
+from chatbridge.calls.sessions import PluginSession
 
 __all__ = ["Expiries"]
 

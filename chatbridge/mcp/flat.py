@@ -20,7 +20,7 @@ from typing import Any, Literal
 from mcp.server.elicitation import render_elicitation_schema
 from pydantic import BaseModel, create_model
 
-from chatbridge.core.exceptions import ToolDefinitionError
+from chatbridge.author.exceptions import ToolDefinitionError
 
 __all__ = ["flat_schema"]
 

@@ -35,22 +35,23 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 
-from chatbridge.core.elicit import (
+from chatbridge.author.elicit import (
     Accept,
     Cancel,
     Decline,
     ElicitRequest,
     ElicitResult,
 )
-from chatbridge.core.events import SessionEvent
-from chatbridge.core.exceptions import (
+from chatbridge.author.exceptions import (
     ElicitNotPending,
     ElicitValidationError,
     field_errors_text,
     refusal_text,
 )
-from chatbridge.core.model_context import CONTEXT_KEY, encode_message, with_context
-from chatbridge.core.sessions import PluginSession
+from chatbridge.author.model_context import CONTEXT_KEY, encode_message, with_context
+from chatbridge.calls.drive import EndEvent, Pause
+from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.levels import hears
 from chatbridge.mcp.modes import ModeNotDeclared, modes_of
 from chatbridge.mcp.schemas import for_version, read_back
@@ -61,8 +62,8 @@ __all__ = [
     "Channel",
     "ClientGone",
     "PushCarrier",
+    "CarrierHost",
     "deliver",
-    "drive",
     "from_wire",
     "wire_request",
 ]
@@ -113,7 +114,8 @@ async def deliver(session: PluginSession, request: ElicitRequest, answer: Elicit
     try:
         await session.respond_to_elicit(request.id, answer)
     except ElicitValidationError as exc:
-        if session.pending_attempts < MAX_ATTEMPTS:
+        question = session.question
+        if question is not None and question.attempts < MAX_ATTEMPTS:
             return errors_text(exc)
         logger.info("%s: %d answers refused, giving up as Cancel", request.id, MAX_ATTEMPTS)
         with contextlib.suppress(ElicitNotPending):
@@ -133,6 +135,11 @@ class Channel:
 
     def __init__(self, ctx: ServerRequestContext[Any, Any], progressed: float = -1.0) -> None:
         self.ctx, self.progressed = ctx, progressed
+
+    @property
+    def modes(self) -> frozenset[str]:
+        """The elicitation modes the client of this request declared."""
+        return modes_of(self.ctx)
 
     async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
         """``notifications/message``: deprecated in 2026-07-28 (clients opt in per request with
@@ -164,25 +171,55 @@ class Channel:
             logger.info("notification to the MCP client failed: %s", exc)
 
 
-async def drive(
-    session: PluginSession,
-    channel: Channel,
-    ask: Ask,
-    completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
-) -> SessionEvent:
-    """Carry ``session``'s events to the client until it ends; return its terminal event.
+class RoutedChannel(Channel):
+    """A request another worker received and routed here (``mcp/round_routing.py``): its
+    client's modes came with it; its notifications cannot reach that client from here and
+    are dropped (the result it gets back says where the call stands)."""
 
-    ``completed`` is told of each URL question its page answered. ``ClientGone``,
-    ``ModeNotDeclared`` (or cancellation of the MCP request) leave the session to the caller.
-    """
-    while True:
-        event = await session.next_event()
-        if event.type in ("log", "progress"):
-            await channel.forward(event)
-        elif event.type == "elicit":
-            await _put(session, event.request, ask, completed)
-        else:
-            return event
+    def __init__(self, modes: frozenset[str], progressed: float = -1.0) -> None:
+        self._modes, self.progressed = modes, progressed
+
+    @property
+    def modes(self) -> frozenset[str]:
+        return self._modes
+
+    async def send_log(self, level: str, data: dict[str, Any], logger_name: str) -> None:
+        return None
+
+    async def forward(self, event: SessionEvent) -> None:
+        if event.type == "progress" and event.progress is not None:
+            self.progressed = max(self.progressed, event.progress)
+
+
+class CarrierHost:
+    """A legacy MCP request as a ``Host`` (``chatbridge.calls.drive``): logs and progress go to
+    ``channel`` as notifications, each question to ``ask`` (``PushCarrier``: pushed as
+    ``elicitation/create``; ``NotifyCarrier``: announced for ``_respond``) until it is settled;
+    the call's end is returned. ``completed`` is told of each URL question its page answered.
+    ``ClientGone``, ``ModeNotDeclared`` (or cancellation of the MCP request) leave the session
+    to the caller."""
+
+    def __init__(
+        self,
+        session: PluginSession,
+        channel: Channel,
+        ask: Ask,
+        completed: Callable[[ElicitRequest], Awaitable[None]] | None = None,
+    ) -> None:
+        self.session, self.channel, self.ask, self.completed = session, channel, ask, completed
+
+    async def question(self, request: ElicitRequest) -> Pause[EndEvent] | None:
+        await _put(self.session, request, self.ask, self.completed)
+        return None
+
+    async def log(self, event: LogEvent) -> None:
+        await self.channel.forward(event)
+
+    async def progress(self, event: ProgressEvent) -> None:
+        await self.channel.forward(event)
+
+    async def ended(self, event: EndEvent) -> EndEvent:
+        return event
 
 
 async def _put(
@@ -299,16 +336,21 @@ class PushCarrier:
             logger.info("elicitation/complete to the MCP client failed: %s", exc)
 
     async def _heartbeat(self) -> None:
-        """Return when the client fails to answer a ping in time."""
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            try:
-                await self.ctx.session.send_request(
-                    types.PingRequest(),
-                    types.EmptyResult,
-                    request_read_timeout_seconds=self.heartbeat,
-                    metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
-                )
-            except MCPError as exc:
-                logger.info("MCP client did not answer a ping: %s", exc.error.message)
-                return
+        await pinged_out(self.ctx, self.heartbeat)
+
+
+async def pinged_out(ctx: ServerRequestContext[Any, Any], every: float) -> None:
+    """Ping the client of this request every ``every`` seconds on the request's stream; return
+    when it fails to answer one in as long (a client that crashed sends no close)."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await ctx.session.send_request(
+                types.PingRequest(),
+                types.EmptyResult,
+                request_read_timeout_seconds=every,
+                metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+            )
+        except MCPError as exc:
+            logger.info("MCP client did not answer a ping: %s", exc.error.message)
+            return

@@ -22,6 +22,8 @@ from typing import Any, Literal
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
+from chatbridge.calls.outcome import BY_REFUSED
+
 __all__ = [
     "MODES_META",
     "REFUSED_BY",
@@ -33,9 +35,7 @@ __all__ = [
 ]
 
 Mode = Literal["form", "url"]
-REFUSED_BY = (
-    "mcp-modes"  # aborted_by of a call stopped by ModeNotDeclared: its reason is its result
-)
+REFUSED_BY = BY_REFUSED  # aborted_by of a call stopped by ModeNotDeclared: its reason is its result
 MODES_META = "elicitation_modes"  # session meta: the modes of the request that made the call
 
 

@@ -8,20 +8,14 @@ client reconnects in ``retry_ms``. Live events reach only the holder's streams (
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
-
 from mcp.server.streamable_http import EventMessage
 from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.requests import Request
 
+from chatbridge.asgi_types import Receive, Scope, Send
 from chatbridge.mcp.events import EventLog, ResumableSessions, SessionEvents
 
 __all__ = ["ElsewhereReplay"]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class ElsewhereReplay:

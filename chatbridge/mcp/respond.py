@@ -18,9 +18,9 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from chatbridge.core.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
-from chatbridge.core.sessions import PluginSession
-from chatbridge.mcp.hosts import Channel, ClientGone, deliver
+from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
+from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out
 
 __all__ = ["RESPOND_SCHEMA", "RESPOND_TOOL", "NotifyCarrier", "PendingRequests", "respond_tool"]
 
@@ -101,7 +101,12 @@ class PendingRequests:
 
 
 class NotifyCarrier:
-    """No elicitation: a request notification, answered through ``_respond`` within ``timeout``."""
+    """No elicitation: a request notification, answered through ``_respond`` within ``timeout``.
+
+    While it waits, the client is pinged every ``heartbeat`` seconds on the call's stream: a
+    client that crashed sends no close, and its call ends as its client gone, not after the
+    timeout as a question nobody answered.
+    """
 
     def __init__(
         self,
@@ -112,9 +117,11 @@ class NotifyCarrier:
         session: PluginSession,
         client: str,
         caller: str,
+        heartbeat: float = 5.0,
     ) -> None:
         self.channel, self.flat, self.pending, self.timeout = channel, flat, pending, timeout
         self.session, self.client, self.caller = session, client, caller
+        self.heartbeat = heartbeat
 
     async def __call__(self, request: ElicitRequest, note: str) -> ElicitResult[Any] | None:
         request_id = self.pending.open(self.session, request, self.client, self.caller)
@@ -140,12 +147,30 @@ class NotifyCarrier:
                 },
                 "chatbridge.request",
             )
-            await asyncio.wait_for(asyncio.shield(settled), self.timeout)
-        except TimeoutError:
-            logger.info("request %s timed out after %.1fs: Cancel", request_id, self.timeout)
-            await self.session.expire()
+            if await self._client_gone(settled):
+                raise ClientGone("the client stopped answering pings")
+            if not settled.done():
+                logger.info("request %s timed out after %.1fs: Cancel", request_id, self.timeout)
+                await self.session.expire()
         except MCPError as exc:
             raise ClientGone(exc.error.message) from exc
         finally:
             self.pending.close(request_id)
         return None
+
+    async def _client_gone(self, settled: asyncio.Future[None]) -> bool:
+        """Wait up to ``timeout`` for ``settled``, pinging the client: did it stop answering?"""
+        answered = asyncio.ensure_future(asyncio.shield(settled))
+        alive = asyncio.ensure_future(pinged_out(self.channel.ctx, self.heartbeat))
+        try:
+            done, _ = await asyncio.wait(
+                {answered, alive}, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in (answered, alive):
+                task.cancel()
+            await asyncio.wait({answered, alive})
+            for task in (answered, alive):
+                if not task.cancelled():
+                    task.exception()  # retrieved: a stream that closed under a ping is "gone"
+        return alive in done and not settled.done()

@@ -9,16 +9,25 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol, assert_never
 
 import mcp_types as types
 
-from chatbridge.core.approval import DENIED_BY
-from chatbridge.core.commitment import CommitmentNote
-from chatbridge.core.events import SessionEvent
-from chatbridge.core.sessions import PluginSession
+from chatbridge.calls.commitment import CommitmentNote
+from chatbridge.calls.events import SessionEvent
+from chatbridge.calls.outcome import (
+    OUTCOME,
+    Aborted,
+    Cancelled,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+    describe,
+)
+from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.errors import public_failure
-from chatbridge.mcp.modes import REFUSED_BY
 
 __all__ = [
     "COMMITMENT_META",
@@ -26,6 +35,7 @@ __all__ = [
     "StoredCall",
     "error_of",
     "final_result",
+    "recorded_result",
     "result_of",
     "terminal_result",
 ]
@@ -44,12 +54,28 @@ class StoredCall:
     aborted_by: str = ""
     commitment: dict[str, Any] | None = None  # a request to stop it, what became of it
     committed: str = ""  # the key whose answer committed the call: never ended on record
+    outcome: dict[str, Any] | None = None  # how it ended (``chatbridge.calls.outcome``)
+    worker: str = ""  # the worker holding the call (its lease)
 
 
 class CallStore(Protocol):
-    """Where persisted calls are found after a restart (the ORM in production)."""
+    """Where persisted calls are found after a restart (the ORM in production), and their
+    lease: a stored call is resumed only by the worker that claimed it."""
+
+    worker: str  # this process
 
     async def load(self, call_id: str) -> StoredCall | None: ...
+
+    async def alive(self, worker: str) -> bool: ...
+
+    async def claim(self, call_id: str, holder: str) -> bool:
+        """Take the call over from ``holder`` (gone): True for exactly one claimant."""
+        ...
+
+    async def route(self, holder: str, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Have ``holder`` (alive) serve a 2026-07-28 retry of its call
+        (``mcp/round_routing.py``): its reply, or None if it cannot be reached."""
+        ...
 
 
 COMMITMENT_META = "io.chatbridge/commitment"
@@ -70,45 +96,50 @@ def error_of(message: str) -> types.CallToolResult:
 
 
 def final_result(
-    status: Literal["completed", "failed", "aborted"] | str,
-    result: Any,
-    error: str,
-    aborted_by: str = "",
-    commitment: Mapping[str, Any] | None = None,
+    outcome: Outcome, commitment: Mapping[str, Any] | None = None
 ) -> types.CallToolResult:
-    """The MCP result of an ended call, from its terminal event or its row. A committed call
-    (``.commits()``) says what became of its commitment: in words (a text block) and as data
-    (``_meta["io.chatbridge/commitment"]``)."""
-    outcome = _outcome(status, result, error, aborted_by)
+    """The MCP result of an ended call, from its outcome (live, or on its row). A committed
+    call (``.commits()``) says what became of its commitment: in words (a text block) and as
+    data (``_meta["io.chatbridge/commitment"]``)."""
+    result = _result(outcome)
     if commitment:
         note = CommitmentNote.from_dict(dict(commitment))
         said = note.text()
         if said:
-            outcome.content.append(types.TextContent(type="text", text=said))
-        outcome.meta = {**(outcome.meta or {}), COMMITMENT_META: note.to_dict()}
-    return outcome
+            result.content.append(types.TextContent(type="text", text=said))
+        result.meta = {**(result.meta or {}), COMMITMENT_META: note.to_dict()}
+    return result
 
 
-def _outcome(status: str, result: Any, error: str, aborted_by: str) -> types.CallToolResult:
-    if status == "completed":
-        return result_of(result)
-    if status == "failed":
-        return error_of(public_failure(error))
-    if aborted_by.startswith("operator"):
-        return error_of(f"An operator stopped this tool call: {error}")
-    if aborted_by == REFUSED_BY:  # ModeNotDeclared: its text names what to declare
-        return error_of(error)
-    if aborted_by == DENIED_BY:  # "Denied by the user: <reason>"
-        return error_of(f"The user denied this tool call{error.removeprefix('Denied by the user')}")
-    return error_of(f"The tool call was aborted: {error}")
+def _result(outcome: Outcome) -> types.CallToolResult:
+    match outcome:
+        case Completed() | Declined() | Cancelled():
+            return result_of(outcome.result)
+        case Failed():
+            return error_of(public_failure(outcome.error))
+        case Denied():
+            said = f": {outcome.reason}" if outcome.reason else "."
+            return error_of(f"The user denied this tool call{said}")
+        case Aborted(by="operator"):
+            return error_of(f"An operator stopped this tool call: {describe(outcome)}")
+        case Aborted(by="refused"):  # ModeNotDeclared: its text names what to declare
+            return error_of(outcome.reason)
+        case Aborted():
+            return error_of(f"The tool call was aborted: {outcome.reason}")
+        case _:
+            assert_never(outcome)
+
+
+def recorded_result(call: StoredCall) -> types.CallToolResult:
+    """The MCP result of a call that ended on record."""
+    assert call.outcome is not None, "only an ended call has a result"
+    return final_result(OUTCOME.validate_python(call.outcome), call.commitment)
 
 
 def terminal_result(session: PluginSession, event: SessionEvent) -> types.CallToolResult:
-    if event.type not in ("completed", "failed", "aborted"):
-        return final_result("aborted", None, "ended", session.aborted_by or "")
-    note = event.commitment.to_dict() if event.commitment is not None else None
-    if event.type == "completed":
-        return final_result("completed", event.result, "", commitment=note)
-    if event.type == "failed":
-        return final_result("failed", None, event.error, commitment=note)
-    return final_result("aborted", None, event.reason, session.aborted_by or "", note)
+    """The MCP result of a session that ended here (``event``: its end)."""
+    outcome = session.outcome
+    if outcome is None:  # parked: the process goes away and the call is resumed elsewhere
+        outcome = Aborted(by="server", reason="ended")
+    commitment = getattr(event, "commitment", None)
+    return final_result(outcome, commitment.to_dict() if commitment is not None else None)

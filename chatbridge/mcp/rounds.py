@@ -11,14 +11,14 @@ takes the call's lock, then:
 - it was answered differently: a clear error result.
 
 Between round trips the session stays live until its state expires; after a restart it is
-resumed from its persisted journal by replay.
+resumed from its persisted journal by replay, by the worker that claims its lease: a retry
+that reaches another worker while the holder lives is refused (the client sends it again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -26,58 +26,39 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
-from pydantic import BaseModel
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR
 
-from chatbridge.core.approval import APPROVAL_KEY, Approval
-from chatbridge.core.commitment import abort_requested
-from chatbridge.core.elicit import ElicitId, ElicitRequest, result_to_dict, validate_result
-from chatbridge.core.exceptions import ElicitValidationError
-from chatbridge.core.manager import SessionManager
-from chatbridge.core.sessions import PluginSession
-from chatbridge.core.tools import McpTool
+from chatbridge.author.elicit import ElicitRequest
+from chatbridge.author.tools import McpTool
+from chatbridge.calls.commitment import abort_requested
+from chatbridge.calls.drive import EndEvent, Pause, drive
+from chatbridge.calls.events import LogEvent, ProgressEvent
+from chatbridge.calls.manager import SessionManager
+from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.callers import call_meta, identity_of
 from chatbridge.mcp.expiry import Expiries
-from chatbridge.mcp.hosts import Channel, deliver, errors_text, from_wire, wire_request
-from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared, modes_of
-from chatbridge.mcp.results import CallStore, error_of, final_result, terminal_result
-from chatbridge.mcp.urls import url_params
+from chatbridge.mcp.hosts import Channel, deliver, errors_text
+from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
+from chatbridge.mcp.results import CallStore, error_of, recorded_result, terminal_result
+from chatbridge.mcp.round_routing import outcome_from, request_of
+from chatbridge.mcp.round_state import RoundState, answer_of, input_required, same_answer
+from chatbridge.mcp.urls import request_origin
 
-__all__ = ["RoundState", "Rounds"]
+__all__ = ["EXPIRED", "HELD_ELSEWHERE", "TRANSPORT", "RoundState", "Rounds"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
+TRANSPORT = "mcp-mrtr"  # the record's name for calls of this era
+EXPIRED = "the MCP client did not continue the call before its requestState expired"
+
 Outcome = types.CallToolResult | types.InputRequiredResult
 
-
-@dataclass(frozen=True)
-class RoundState:
-    """What ``requestState`` holds: which call, which question, whose; ``url`` for a URL
-    question (its answer comes from its page: the client's is consent only)."""
-
-    call_id: str
-    elicit_id: str
-    caller: str
-    url: bool = False
-
-    def dump(self) -> str:
-        data: dict[str, Any] = {
-            "call": self.call_id,
-            "elicit": self.elicit_id,
-            "caller": self.caller,
-        }
-        if self.url:
-            data["url"] = True
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def parse(cls, raw: str) -> RoundState:
-        """``ValueError`` for anything this server did not mint."""
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise ValueError("requestState is not an object")
-        call, elicit, caller = (data.get(k) for k in ("call", "elicit", "caller"))
-        if not (isinstance(call, str) and isinstance(elicit, str) and isinstance(caller, str)):
-            raise ValueError("requestState lacks call, elicit or caller")
-        return cls(call, elicit, caller, data.get("url") is True)
+HELD_ELSEWHERE = (
+    "This tool call is running on another server right now; send this request again "
+    "(with the same requestState) in a moment."
+)
 
 
 @dataclass
@@ -108,10 +89,41 @@ class Rounds:
         self._ended: dict[str, _Ended] = {}
         self._expiries = Expiries(ttl, self._expire)
         self._progressed: dict[str, float] = {}  # the last progress sent, by live call
-        self._asked: dict[str, str] = {}  # the question last returned, by live call
         # Calls between rounds: a URL question's page lets one run on, and end, before the
         # next retry, after which the manager no longer lists it; its events wait here.
         self._live: dict[str, PluginSession] = {}
+
+    async def call(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        tool: McpTool[Any, Any],
+        arguments: dict[str, Any],
+        params: types.CallToolRequestParams,
+        call_id: str,
+        client: str,
+    ) -> Outcome:
+        """A ``tools/call`` of a client that takes ``input_required``: the first round, or a
+        retry whose ``requestState`` names this caller's call of ``tool``."""
+        caller = identity_of(ctx)
+        meta = {
+            **call_meta(ctx),
+            "transport": TRANSPORT,
+            "client": client,
+            "origin": request_origin(ctx),
+        }
+        channel = Channel(ctx)
+        if params.request_state is None:
+            return await self.start(tool, arguments, call_id, caller, channel, meta)
+        try:
+            state = RoundState.parse(params.request_state)
+        except ValueError:
+            raise MCPError(types.INVALID_PARAMS, "Invalid requestState.") from None
+        if state.caller != caller:
+            raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another caller.")
+        if not state.call_id.startswith("mcp_") or not state.elicit_id.startswith(f"{tool.name}:"):
+            raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another tool.")
+        responses = dict(params.input_responses or {})
+        return await self.retry(tool, arguments, state, responses, channel, meta)
 
     async def start(
         self,
@@ -135,10 +147,14 @@ class Rounds:
         responses: Mapping[str, Any],
         channel: Channel,
         meta: Mapping[str, str],
+        *,
+        routed: bool = False,
     ) -> Outcome:
-        """A retry naming ``state``'s question, with the client's ``inputResponses``."""
+        """A retry naming ``state``'s question, with the client's ``inputResponses``; sent
+        on to the worker holding the call if that is another (unless it was ``routed`` here:
+        ``mcp/round_routing.py``)."""
         async with self._round(state.call_id):
-            return await self._retry(tool, arguments, state, responses, channel, meta)
+            return await self._retry(tool, arguments, state, responses, channel, meta, routed)
 
     async def _retry(
         self,
@@ -148,6 +164,7 @@ class Rounds:
         responses: Mapping[str, Any],
         channel: Channel,
         meta: Mapping[str, str],
+        routed: bool,
     ) -> Outcome:
         self._prune()
         call_id, caller = state.call_id, state.caller
@@ -161,6 +178,12 @@ class Rounds:
                     "tool again without requestState."
                 )
             if stored.status in ("running", "awaiting_elicit", "awaiting_sample"):
+                if not routed and await self._elsewhere(stored.worker):
+                    message = request_of(
+                        tool.name, arguments, state, responses, channel.modes, meta
+                    )
+                    return await self._route(stored.worker, message)
+                await self._claim(call_id, stored.worker)
                 logger.info("resuming MCP call %s from its journal", call_id)
                 session = await self.manager.create(
                     tool,
@@ -171,9 +194,7 @@ class Rounds:
                     abort_requested=abort_requested(stored.commitment),
                 )
             else:
-                result = final_result(
-                    stored.status, stored.result, stored.error, stored.aborted_by, stored.commitment
-                )
+                result = recorded_result(stored)
                 ended = _Ended(stored.journal, result, self._clock() + self.ttl)
         if session is not None and session.pending is None and not session.finished:
             outcome = await self._advance(session, caller, channel)  # resumed: to its question
@@ -185,14 +206,15 @@ class Rounds:
             return await self._url_retry(session, ended, state, raw, channel)
         if session is not None and pending is not None and str(pending.id) == state.elicit_id:
             if raw is None:
-                errors = session.pending_errors
+                question = session.question
+                errors = question.error if question is not None else None
                 return self._input_required(pending, caller, errors_text(errors) if errors else "")
-            note = await deliver(session, pending, _answer(raw))
+            note = await deliver(session, pending, answer_of(raw))
             if note:
                 return self._input_required(pending, caller, note)
             return await self._advance(session, caller, channel)
         journal = session.journal if session is not None else ended.journal if ended else []
-        same = self._same_answer(tool, journal, state.elicit_id, raw)
+        same = same_answer(tool, journal, state.elicit_id, raw)
         if same is not None:
             return error_of(same)
         if session is not None and pending is not None:
@@ -201,6 +223,33 @@ class Rounds:
             return await self._advance(session, caller, channel)
         assert ended is not None
         return ended.result
+
+    async def _elsewhere(self, holder: str) -> bool:
+        """Is the call held by another worker that is alive?"""
+        store = self.store
+        assert store is not None
+        return holder != store.worker and await store.alive(holder)
+
+    async def _route(self, holder: str, message: dict[str, Any]) -> Outcome:
+        """``holder`` serves the retry; unreachable, it is refused (the client sends it again)."""
+        assert self.store is not None
+        reply = await self.store.route(holder, message)
+        if reply is None:
+            raise MCPError(INTERNAL_ERROR, HELD_ELSEWHERE)
+        logger.info("MCP call %s: retry served by its holder %s", message["call_id"], holder)
+        return outcome_from(reply)
+
+    async def _claim(self, call_id: str, holder: str) -> None:
+        """Take the stored call's lease from ``holder`` (gone) before resuming it; a live
+        holder keeps it, and this retry is refused (``MCPError``) for the client to send
+        again."""
+        store = self.store
+        assert store is not None
+        if await self._elsewhere(holder):
+            logger.info("MCP call %s is held by live worker %s: not resumed here", call_id, holder)
+            raise MCPError(INTERNAL_ERROR, HELD_ELSEWHERE)
+        if not await store.claim(call_id, holder):
+            raise MCPError(INTERNAL_ERROR, HELD_ELSEWHERE)  # another worker took it just now
 
     async def _url_retry(
         self,
@@ -215,7 +264,7 @@ class Rounds:
         caller = state.caller
         pending = session.pending if session is not None else None
         if session is not None and pending is not None and str(pending.id) == state.elicit_id:
-            answer = _answer(raw) if raw is not None else None
+            answer = answer_of(raw) if raw is not None else None
             if answer is not None and not answer.accepted:
                 await deliver(session, pending, answer)
                 return await self._advance(session, caller, channel)
@@ -230,78 +279,42 @@ class Rounds:
         if ended is None:
             ended = self._ended.get(state.call_id)
         if session is not None and (ended is None or not session.finished):
-            pending = session.pending
-            if pending is not None and self._asked.get(session.id) == str(pending.id):
-                return self._input_required(pending, caller, "")  # already handed out
+            question = session.question
+            if question is not None and question.shown is not None:
+                return self._input_required(question.request, caller, "")  # already handed out
             return await self._advance(session, caller, channel)  # on, or to its queued end
         if ended is None:
             return error_of("This tool call is no longer known to the server (it expired).")
         return ended.result
 
-    def _same_answer(
-        self, tool: McpTool[Any, Any], journal: list[dict[str, Any]], elicit_id: str, raw: Any
-    ) -> str | None:
-        """None if ``raw`` is the answer on record for ``elicit_id``; else why not, in words."""
-        try:
-            wanted = ElicitId.parse(elicit_id)
-        except ValueError:
-            return "This requestState names no question of this call."
-        elicits = [e for e in journal if e.get("kind") == "elicit"]
-        if wanted.seq > len(elicits) or elicits[wanted.seq - 1].get("key") != wanted.key:
-            return "This requestState names a question this call has not asked."
-        recorded = elicits[wanted.seq - 1]["result"]
-        refused = (
-            f"The question {wanted.key!r} of this call was already answered and its answer "
-            "acted on; a different answer cannot be accepted. Send the same answer again to get "
-            "the same outcome, or call the tool again without requestState."
-        )
-        if raw is None:
-            return refused
-        try:
-            models: dict[str, type[BaseModel]] = {APPROVAL_KEY: Approval, **tool.elicits}
-            given = validate_result(_answer(raw), models[wanted.key], elicit_id)
-        except (ElicitValidationError, KeyError, ValueError):
-            return refused
-        return None if result_to_dict(given) == recorded else refused
-
     async def _advance(self, session: PluginSession, caller: str, channel: Channel) -> Outcome:
         """Run the session on to its next question (``input_required``) or its end."""
         channel.progressed = self._progressed.get(session.id, channel.progressed)
-        while True:
-            event = await session.next_event()
-            if event.type in ("log", "progress"):
-                await channel.forward(event)
-                self._progressed[session.id] = channel.progressed
-            elif event.type == "elicit":
-                modes = modes_of(channel.ctx)
-                if event.request.mode not in modes:
-                    refusal = ModeNotDeclared(event.request.tool_name, event.request.mode, modes)
-                    return await self._stop(session, str(refusal))
-                self._arm(session)
-                self._asked[session.id] = str(event.request.id)
-                self._live[session.id] = session
-                return self._input_required(event.request, caller, "")
-            else:
-                self._forget(session.id)
-                result = terminal_result(session, event)
-                self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
-                return result
+        return await drive(session, RoundHost(self, session, caller, channel))
+
+    def _handed_out(self, session: PluginSession, request: ElicitRequest, caller: str) -> Outcome:
+        """The round ends at ``request``: its ``input_required``, kept on the question."""
+        self._arm(session)
+        self._live[session.id] = session
+        shown = self._input_required(request, caller, "")
+        question = session.question
+        if question is not None and question.id == str(request.id):
+            question.shown = shown  # handed out: a retry gets it again
+        return shown
+
+    def _ended_here(self, session: PluginSession, event: EndEvent) -> Outcome:
+        self._forget(session.id)
+        result = terminal_result(session, event)
+        self._ended[session.id] = _Ended(session.journal, result, self._clock() + self.ttl)
+        return result
+
+    def _progressed_to(self, session: PluginSession, channel: Channel) -> None:
+        self._progressed[session.id] = channel.progressed
 
     def _input_required(
         self, request: ElicitRequest, caller: str, note: str
     ) -> types.InputRequiredResult:
-        url = request.mode == "url"
-        state = RoundState(request.call_id, str(request.id), caller, url)
-        flat = self.flat[request.tool_name][request.key]
-        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams = (
-            url_params(request, with_id=False)
-            if url
-            else wire_request(request, flat, note, context_in_message=True)
-        )
-        return types.InputRequiredResult(
-            input_requests={str(request.id): types.ElicitRequest(params=params)},
-            request_state=state.dump(),
-        )
+        return input_required(self.flat, request, caller, note)
 
     async def _stop(self, session: PluginSession, reason: str) -> types.CallToolResult:
         """End a call whose question this client cannot take; ``reason`` is its result."""
@@ -315,7 +328,6 @@ class Rounds:
     def _forget(self, call_id: str) -> None:
         self._live.pop(call_id, None)
         self._progressed.pop(call_id, None)
-        self._asked.pop(call_id, None)
 
     @contextlib.asynccontextmanager
     async def _round(self, call_id: str) -> AsyncIterator[None]:
@@ -348,9 +360,7 @@ class Rounds:
         lock = self._locks.get(session.id)
         if lock is not None and not lock.locked():
             del self._locks[session.id]
-        await session.abort(
-            "the MCP client did not continue the call before its requestState expired"
-        )
+        await session.abort(EXPIRED)
 
     def _prune(self) -> None:
         now = self._clock()
@@ -360,6 +370,28 @@ class Rounds:
                 self._locks.pop(call_id, None)
 
 
-def _answer(raw: Any) -> Any:
-    answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
-    return from_wire(answer.action, answer.content)
+class RoundHost:
+    """A 2026-07-28 round as a ``Host`` (``chatbridge.calls.drive``): logs and progress are
+    notifications of the round's request; the round pauses at the next question, which it
+    returns as ``input_required`` (or ends the call, if the client cannot take its mode), or
+    returns the call's result."""
+
+    def __init__(self, rounds: Rounds, session: PluginSession, caller: str, channel: Channel):
+        self.rounds, self.session, self.caller, self.channel = rounds, session, caller, channel
+
+    async def question(self, request: ElicitRequest) -> Pause[Outcome]:
+        modes = self.channel.modes
+        if request.mode not in modes:
+            refusal = ModeNotDeclared(request.tool_name, request.mode, modes)
+            return Pause(await self.rounds._stop(self.session, str(refusal)))
+        return Pause(self.rounds._handed_out(self.session, request, self.caller))
+
+    async def log(self, event: LogEvent) -> None:
+        await self.channel.forward(event)
+
+    async def progress(self, event: ProgressEvent) -> None:
+        await self.channel.forward(event)
+        self.rounds._progressed_to(self.session, self.channel)
+
+    async def ended(self, event: EndEvent) -> Outcome:
+        return self.rounds._ended_here(self.session, event)

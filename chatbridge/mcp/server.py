@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,58 +22,31 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from chatbridge.core.approval import APPROVAL_KEY, Approval
-from chatbridge.core.exceptions import ChatBridgeError
-from chatbridge.core.manager import SessionManager
-from chatbridge.core.plugins import PluginRegistry
-from chatbridge.core.tools import McpTool
+from chatbridge.author.approval import APPROVAL_KEY, Approval
+from chatbridge.author.exceptions import ChatBridgeError
+from chatbridge.author.plugins import PluginRegistry
+from chatbridge.author.tools import McpTool
+from chatbridge.calls.manager import SessionManager
 from chatbridge.mcp import apps
-from chatbridge.mcp.callers import call_meta, identity_of, quota_of
-from chatbridge.mcp.cancellation import CLIENT_GONE, Cancellations
+from chatbridge.mcp.app_resources import MCP_APP_MIME, AppResources, UiRenderer
+from chatbridge.mcp.callers import identity_of, quota_of
 from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
 from chatbridge.mcp.flat import flat_schema
-from chatbridge.mcp.hosts import (
-    Ask,
-    Channel,
-    ClientGone,
-    PushCarrier,
-    drive,
-)
-from chatbridge.mcp.levels import hears, set_level
-from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
-from chatbridge.mcp.respond import (
-    RESPOND_SCHEMA,
-    RESPOND_TOOL,
-    NotifyCarrier,
-    PendingRequests,
-    respond_tool,
-)
-from chatbridge.mcp.results import CallStore, error_of, result_of, terminal_result
-from chatbridge.mcp.rounds import Rounds, RoundState
+from chatbridge.mcp.held_calls import HeldCalls, mcp_session_of
+from chatbridge.mcp.hosts import RoutedChannel
+from chatbridge.mcp.levels import set_level
+from chatbridge.mcp.respond import RESPOND_SCHEMA, RESPOND_TOOL, PendingRequests, respond_tool
+from chatbridge.mcp.results import CallStore, error_of
+from chatbridge.mcp.round_routing import Routed, served
+from chatbridge.mcp.rounds import Rounds
 from chatbridge.mcp.task_cluster import TaskCluster
 from chatbridge.mcp.tasks import Tasks
-from chatbridge.mcp.urls import request_origin
 
 __all__ = ["MCP_APP_MIME", "RESPOND_TOOL", "McpBridge", "McpSettings"]
 
 logger = logging.getLogger("chatbridge.mcp")
-
-RESOURCE_NOT_FOUND = -32002  # server/resources up to 2025-11-25; mcp_types has no name for it
-NO_WAY_TO_ASK = (
-    "Tool {tool!r} asks the user questions, and this client can receive none: it declared no "
-    "elicitation capability and its logging level hides the notices questions travel as. "
-    "Either declare the elicitation capability, or receive log notifications at level "
-    "'notice' (logging/setLevel on protocols up to 2025-11-25; on 2026-07-28 call again with "
-    '_meta {{"io.modelcontextprotocol/logLevel": "notice"}}): each question then arrives as a '
-    "notifications/message of type 'request', answered by calling the {respond!r} tool with "
-    "its request_id and payload."
-)
-
-
-MCP_APP_MIME = "text/html;profile=mcp-app"
-UiRenderer = Callable[[str], str]  # ui:// URI → the guest page's HTML
 
 
 @dataclass(frozen=True)
@@ -87,17 +60,6 @@ class McpSettings:
     url_wait: float = 20.0  # a 2026-07-28 retry waits this long for a URL question's page
     name: str = "chatbridge"
     max_calls_per_caller: int | None = None  # tool calls live at once per caller (caps.py)
-
-
-def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str:
-    request = getattr(ctx, "request", None)
-    headers = getattr(request, "headers", None)
-    return str(headers.get(name, "")) if headers is not None else ""
-
-
-def _mcp_session(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The MCP session (``Mcp-Session-Id``) the request belongs to; empty when stateless."""
-    return _header(ctx, "mcp-session-id")
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -148,16 +110,19 @@ class McpBridge:
         self.rounds = Rounds(
             manager, self.flat, settings.state_ttl, store, url_wait=settings.url_wait
         )
-        self._cancelled = Cancellations()  # calls whose request ended: aborted, or told
+        self.held = HeldCalls(
+            manager, self.flat, self.pending, settings.request_timeout, settings.heartbeat
+        )
+        self.resources = AppResources(self.ui_uris, render_ui)
         self.caps = CallCaps(settings.max_calls_per_caller)
         self.server: Server[Any] = Server(
             settings.name,
             version="1.0",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_list_resource_templates=self._list_resource_templates,
-            on_read_resource=self._read_resource,
+            on_list_resources=self.resources.list,
+            on_list_resource_templates=self.resources.list_templates,
+            on_read_resource=self.resources.read,
             get_tool_input_schema=self._input_schema,
         )
         security = RequestStateSecurity(keys=list(settings.state_keys), ttl=settings.state_ttl)
@@ -190,6 +155,27 @@ class McpBridge:
         tool = self.tools.get(name)
         return tool.parameters_schema if tool else None
 
+    async def serve_routed_round(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A 2026-07-28 retry another worker received for a call held here
+        (``mcp/round_routing.py``): served as if received here; the reply to send back."""
+        routed = Routed.model_validate(message)
+        tool = self.tools.get(routed.tool)
+        if tool is None:
+            return served(MCPError(types.INVALID_PARAMS, f"Unknown tool {routed.tool!r}."))
+        channel = RoutedChannel(frozenset(routed.modes))
+        arguments, state, answers = routed.arguments, routed.state, routed.responses
+        try:
+            outcome = await self.rounds.retry(
+                tool, arguments, state, answers, channel, routed.meta, routed=True
+            )
+        except MCPError as exc:
+            return served(exc)
+        except Exception as exc:  # as a call received here: the caller's error result
+            if not isinstance(exc, ChatBridgeError):
+                logger.exception("routed MCP retry of %s failed", tool.name)
+            return served(error_of(public_error(exc)))
+        return served(outcome)
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -199,7 +185,7 @@ class McpBridge:
                 name=t.name,
                 description=t.description,
                 input_schema=t.parameters_schema,
-                annotations=types.ToolAnnotations(**_hint_fields(t.hints.declared()))
+                annotations=types.ToolAnnotations.model_validate(_hint_fields(t.hints.declared()))
                 if t.hints.declared()
                 else None,
                 _meta={
@@ -218,52 +204,11 @@ class McpBridge:
             listed.extend(apps.app_tools(self.ui_uris[0]))
         return types.ListToolsResult(tools=listed)
 
-    async def _list_resources(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(
-            resources=[
-                types.Resource(
-                    uri=uri,
-                    name=uri.removeprefix("ui://"),
-                    mime_type=MCP_APP_MIME,
-                    _meta={"ui": apps.RESOURCE_UI_META},
-                )
-                for uri in self.ui_uris
-            ]
-        )
-
-    async def _list_resource_templates(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        """None: every resource is listed by its URI. Served because a server that declares
-        ``resources`` answers ``resources/templates/list`` too (required on 2026-07-28)."""
-        return types.ListResourceTemplatesResult(resource_templates=[])
-
-    async def _read_resource(
-        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        uri = str(params.uri)
-        if uri not in self.ui_uris or self.render_ui is None:
-            # -32002 up to 2025-11-25 (server/resources, error handling); SEP-2164 moved
-            # 2026-07-28 to -32602 and retired -32002. Both carry the URI in data.
-            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-            code = types.INVALID_PARAMS if modern else RESOURCE_NOT_FOUND
-            raise MCPError(code, f"No resource {uri!r}.", data={"uri": uri})
-        html = self.render_ui(uri)
-        return types.ReadResourceResult(
-            contents=[
-                types.TextResourceContents(
-                    uri=uri, mime_type=MCP_APP_MIME, text=html, _meta={"ui": apps.RESOURCE_UI_META}
-                )
-            ]
-        )
-
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         if params.name == RESPOND_TOOL:
-            return await self._respond(ctx, params.arguments or {})
+            return await self.held.respond(ctx, params.arguments or {})
         if params.name in apps.APP_TOOLS and self.ui_uris:
             return await self._app_tool(ctx, params.name, params.arguments or {})
         tool = self.tools.get(params.name)
@@ -277,12 +222,12 @@ class McpBridge:
         ticket = None if retry else self.caps.admit(quota_of(ctx))
         call_id = f"mcp_{uuid.uuid4().hex}"
         try:
+            client = self._client(ctx)
             if can_elicit and modern:
-                return await self._round(ctx, tool, arguments, params, call_id)
-            asks = bool(tool.elicits) or tool.needs_approval
-            if not can_elicit and asks and not hears(ctx, "notice"):
-                return error_of(NO_WAY_TO_ASK.format(tool=tool.name, respond=RESPOND_TOOL))
-            return await self._run(ctx, tool, arguments, call_id, push=can_elicit)
+                return await self.rounds.call(ctx, tool, arguments, params, call_id, client)
+            return await self.held.run(
+                ctx, tool, arguments, call_id, push=can_elicit, client=client
+            )
         except MCPError:
             raise
         except Exception as exc:  # a tool bug is the caller's error result, not a server crash
@@ -294,91 +239,7 @@ class McpBridge:
                 ticket.follow(self.manager.get(call_id))
 
     def _client(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        return _mcp_session(ctx) or identity_of(ctx)
-
-    async def _run(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        tool: McpTool[Any, Any],
-        arguments: dict[str, Any],
-        call_id: str,
-        *,
-        push: bool,
-    ) -> types.CallToolResult:
-        """A call held open for its whole run: pushed questions, or ``_respond`` requests."""
-        meta = {
-            **call_meta(ctx),
-            "transport": "mcp-push" if push else "mcp-respond",
-            "client": self._client(ctx),
-            "origin": request_origin(ctx),
-            "caller": identity_of(ctx),
-            "rpc_id": str(ctx.request_id),  # hostContext.toolInfo.id of an app showing the call
-        }
-        session = await self.manager.create(tool, arguments, call_id=call_id, meta=meta)
-        channel = Channel(ctx)
-        ask: Ask
-        if push:
-            ask = PushCarrier(
-                ctx,
-                self.flat[tool.name],
-                self.settings.request_timeout,
-                session,
-                self.settings.heartbeat,
-            )
-        else:
-            ask = NotifyCarrier(
-                channel,
-                self.flat[tool.name],
-                self.pending,
-                self.settings.request_timeout,
-                session,
-                _mcp_session(ctx),
-                identity_of(ctx),
-            )
-        completed = ask.completed if isinstance(ask, PushCarrier) else None
-        try:
-            event = await drive(session, channel, ask, completed)
-        except ModeNotDeclared as exc:
-            await session.abort(str(exc), by=REFUSED_BY)
-            await session.wait_finished()
-            return error_of(str(exc))
-        except ClientGone as exc:
-            logger.info("MCP call %s: the client went away (%s)", session.id, exc)
-            await session.abort(CLIENT_GONE)
-            event = await session.wait_finished()
-        except BaseException:  # the request was cancelled, or its session ended
-            self._cancelled.abort_later(session, ctx)
-            raise
-        return terminal_result(session, event)
-
-    async def _round(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        tool: McpTool[Any, Any],
-        arguments: dict[str, Any],
-        params: types.CallToolRequestParams,
-        call_id: str,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        caller = identity_of(ctx)
-        meta = {
-            **call_meta(ctx),
-            "transport": "mcp-mrtr",
-            "client": self._client(ctx),
-            "origin": request_origin(ctx),
-        }
-        channel = Channel(ctx)
-        if params.request_state is None:
-            return await self.rounds.start(tool, arguments, call_id, caller, channel, meta)
-        try:
-            state = RoundState.parse(params.request_state)
-        except ValueError:
-            raise MCPError(types.INVALID_PARAMS, "Invalid requestState.") from None
-        if state.caller != caller:
-            raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another caller.")
-        if not state.call_id.startswith("mcp_") or not state.elicit_id.startswith(f"{tool.name}:"):
-            raise MCPError(types.INVALID_PARAMS, "This requestState belongs to another tool.")
-        responses = dict(params.input_responses or {})
-        return await self.rounds.retry(tool, arguments, state, responses, channel, meta)
+        return mcp_session_of(ctx) or identity_of(ctx)
 
     async def _app_tool(
         self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
@@ -390,22 +251,3 @@ class McpBridge:
         if name == apps.QUESTION_TOOL:
             return apps.question(sessions, client, caller, arguments, self.flat)
         return await apps.answer(sessions, client, caller, arguments)
-
-    async def _respond(
-        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
-    ) -> types.CallToolResult:
-        request_id = arguments.get("request_id")
-        if not isinstance(request_id, str):
-            raise MCPError(types.INVALID_PARAMS, "_respond needs a string request_id.")
-        try:
-            note = await self.pending.respond(
-                request_id, arguments.get("payload"), _mcp_session(ctx), identity_of(ctx)
-            )
-        except KeyError:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"No open request {request_id!r}: unknown, answered or timed out.",
-            ) from None
-        if note:
-            return error_of(note)
-        return result_of({"ok": True, "request_id": request_id})

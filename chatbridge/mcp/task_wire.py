@@ -4,13 +4,20 @@ fields of a task as ``tasks/get`` (and ``tools/call``) show it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, assert_never
 
 import mcp_types as types
 from pydantic import Field
 
-from chatbridge.core.approval import DENIED_BY
-from chatbridge.mcp.modes import REFUSED_BY
+from chatbridge.calls.outcome import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+)
 
 __all__ = ["TaskParams", "UpdateTaskParams", "dump", "ended_view", "task_times"]
 
@@ -45,14 +52,16 @@ def task_times(
     }
 
 
-def ended_view(
-    status: str, aborted_by: str, outcome: types.CallToolResult, details: bool
-) -> dict[str, Any]:
+def ended_view(outcome: Outcome, result: types.CallToolResult, details: bool) -> dict[str, Any]:
     """Ended: a result (also a tool error, or the user's refusal), or cancelled."""
-    text = next((c.text for c in outcome.content if isinstance(c, types.TextContent)), "")
-    if status in ("completed", "failed") or aborted_by in (DENIED_BY, REFUSED_BY):
-        shown: dict[str, Any] = {"status": "completed"}
-        if details:  # the CallToolResult as tools/call returns it on 2026-07-28
-            shown["result"] = {**dump(outcome), "resultType": "complete"}
-        return shown
-    return {"status": "cancelled", "statusMessage": text}
+    text = next((c.text for c in result.content if isinstance(c, types.TextContent)), "")
+    match outcome:
+        case Aborted(by="refused") | Completed() | Declined() | Cancelled() | Failed() | Denied():
+            shown: dict[str, Any] = {"status": "completed"}
+            if details:  # the CallToolResult as tools/call returns it on 2026-07-28
+                shown["result"] = {**dump(result), "resultType": "complete"}
+            return shown
+        case Aborted():
+            return {"status": "cancelled", "statusMessage": text}
+        case _:
+            assert_never(outcome)

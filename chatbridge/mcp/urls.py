@@ -24,8 +24,8 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
-from chatbridge.core.elicit import Accept, ElicitRequest
-from chatbridge.core.sessions import PluginSession
+from chatbridge.author.elicit import Accept, ElicitRequest
+from chatbridge.calls.sessions import PluginSession
 
 __all__ = ["answered_by_page", "request_origin", "url_params"]
 
@@ -49,5 +49,4 @@ def url_params(request: ElicitRequest, *, with_id: bool = True) -> types.ElicitR
 
 def answered_by_page(session: PluginSession, request: ElicitRequest) -> bool:
     """Did ``request`` close with an answer (its page's), rather than expire or be refused?"""
-    last = session.last_answer
-    return last is not None and last[0] == str(request.id) and isinstance(last[1], Accept)
+    return isinstance(session.answer_of(request.id), Accept)

@@ -7,10 +7,10 @@ from typing import Any
 
 from django import template
 
+from chatbridge.author.exceptions import field_errors_text, refusal_text
+from chatbridge.author.human import field_label, human_value
 from chatbridge.chat.auto_forms import AutoField
 from chatbridge.chat.auto_forms import auto_fields as build_auto_fields
-from chatbridge.core.exceptions import field_errors_text, refusal_text
-from chatbridge.core.human import field_label, human_value
 
 register = template.Library()
 

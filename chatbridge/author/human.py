@@ -1,0 +1,366 @@
+"""Words for people: validation errors, chat errors and values as a person writes them.
+
+The technical text (pydantic's and jsonschema's messages, exception text) stays in logs and on
+record (``HumanText.technical``); what a person reads in the chat, the guest UI or an MCP
+client's form is written here, from the error's kind and the field's title, description and
+format.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = [
+    "NUL_TECHNICAL",
+    "HumanText",
+    "chat_error_text",
+    "field_label",
+    "human_list",
+    "human_value",
+    "nul_refusal",
+    "pydantic_messages",
+    "schema_error_message",
+]
+
+# The error type of a text with a NUL character (``chatbridge.calls.storable``), and its words.
+NUL_KIND = "string_nul"
+NUL_TECHNICAL = "String should not contain a NUL character (U+0000)"
+EMAIL_EXAMPLE = "Enter an email address like name@example.com"
+COLOUR_EXAMPLE = "Enter a colour as # and six hex digits, like #1a2b3c"
+_COLOUR_PATTERNS = ("^#[0-9a-fA-F]{6}$", "^#[0-9a-f]{6}$", "^#[0-9A-Fa-f]{6}$")
+
+
+class HumanText(str):
+    """A message for a person that remembers the technical text it replaces."""
+
+    technical: str
+    label: str
+
+    def __new__(cls, text: str, technical: str = "", label: str = "") -> HumanText:
+        made = super().__new__(cls, text)
+        made.technical = technical or text
+        made.label = label
+        return made
+
+
+def field_label(name: str, schema: Mapping[str, Any] | None = None) -> str:
+    """The field's title, or its name as words ("visit_date" → "Visit date")."""
+    words = name.replace("_", " ").strip()
+    title = (schema or {}).get("title")
+    # pydantic's own title ("Flight Id") is the name title-cased: say it as words instead.
+    if isinstance(title, str) and title.strip() and title.strip() != words.title():
+        return title.strip()
+    return words[:1].upper() + words[1:] if words else "This answer"
+
+
+def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A property's schema with ``anyOf: [X, null]`` (an optional field) folded into X."""
+    merged = dict(schema)
+    for branch in schema.get("anyOf") or ():
+        if isinstance(branch, Mapping) and branch.get("type") != "null":
+            merged = {**branch, **{k: v for k, v in schema.items() if k != "anyOf"}}
+            break
+    return merged
+
+
+@functools.lru_cache(maxsize=256)
+def _properties(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    try:
+        schema = model.model_json_schema()
+    except Exception:  # a model whose schema cannot be drawn still gets generic words
+        return {}
+    props = schema.get("properties") or {}
+    return {str(k): _plain_schema(v) for k, v in props.items() if isinstance(v, Mapping)}
+
+
+def _pattern_message(schema: Mapping[str, Any], label: str, pattern: str) -> str:
+    pattern = str(schema.get("pattern") or pattern or "")
+    if schema.get("format") == "email" or "@" in pattern:
+        return EMAIL_EXAMPLE
+    if pattern in _COLOUR_PATTERNS:
+        return COLOUR_EXAMPLE
+    description = str(schema.get("description") or "").strip().rstrip(".")
+    if description.lower().startswith("like "):
+        return f"Enter the {label.lower()} {description[0].lower()}{description[1:]}"
+    if description:
+        return f"Enter the {label.lower()} in the expected form ({description})"
+    return f"Enter the {label.lower()} in the expected form"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _range_message(schema: Mapping[str, Any], fallback: str) -> str:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and high is not None:
+        return f"Enter a number from {_number(low)} to {_number(high)}"
+    return fallback
+
+
+def _characters(count: Any) -> str:
+    return "1 character" if count == 1 else f"{count} characters"
+
+
+def _choices(expected: str) -> str:
+    return expected.replace("'", "")
+
+
+def _message(
+    kind: str, constraint: Any, schema: Mapping[str, Any], label: str, technical: str
+) -> str:
+    """The words for one error of ``kind`` (pydantic's error types; jsonschema's are mapped
+    onto them) on a field described by ``schema``."""
+    if kind in ("missing", "required"):
+        return "This field is required"
+    if kind == "string_pattern_mismatch":
+        return _pattern_message(schema, label, str(constraint or ""))
+    if kind == "string_too_short":
+        return (
+            "This field is required"
+            if constraint == 1
+            else f"Enter at least {_characters(constraint)}"
+        )
+    if kind == "string_too_long":
+        return f"Use at most {_characters(constraint)}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        words = {
+            "greater_than_equal": f"Enter {_number(constraint)} or more",
+            "greater_than": f"Enter more than {_number(constraint)}",
+            "less_than_equal": f"Enter {_number(constraint)} or less",
+            "less_than": f"Enter less than {_number(constraint)}",
+        }[kind]
+        return _range_message(schema, words)
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return _range_message(schema, "Enter a whole number")
+    if kind in ("float_parsing", "float_type", "decimal_parsing", "decimal_type"):
+        return _range_message(schema, "Enter a number")
+    if kind in ("bool_parsing", "bool_type"):
+        return "Choose yes or no"
+    if kind in ("literal_error", "enum"):
+        return (
+            f"Choose one of: {_choices(str(constraint))}"
+            if constraint
+            else "Choose one of the options"
+        )
+    if kind.startswith("date_"):
+        return "Enter a date, like 2026-05-31"
+    if kind.startswith("datetime") or kind.startswith("time_"):
+        return "Enter a date and time, like 2026-05-31 14:30"
+    if kind.startswith("url_"):
+        return "Enter a web address, like https://example.com"
+    if kind == "string_unicode":
+        return "Enter plain text: this has a character that cannot be read"
+    if kind == NUL_KIND:
+        return "Enter plain text: this has a NUL character (U+0000), which cannot be saved"
+    if kind == "string_type":
+        return "Enter some text"
+    if kind in ("list_type", "too_short", "too_long"):
+        if kind == "too_short":
+            return f"Choose at least {constraint}"
+        if kind == "too_long":
+            return f"Choose at most {constraint}"
+        return "Choose from the options"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "The answer must be a set of fields, as the form sends it"
+    if kind == "extra_forbidden":
+        return "This field is not part of the question"
+    if kind == "value_error":
+        return technical.removeprefix("Value error, ")
+    if kind == "assertion_error":
+        return technical.removeprefix("Assertion failed, ")
+    return technical
+
+
+_CONSTRAINT = {
+    "string_pattern_mismatch": "pattern",
+    "string_too_short": "min_length",
+    "string_too_long": "max_length",
+    "greater_than_equal": "ge",
+    "greater_than": "gt",
+    "less_than_equal": "le",
+    "less_than": "lt",
+    "literal_error": "expected",
+    "enum": "expected",
+    "too_short": "min_length",
+    "too_long": "max_length",
+}
+
+
+def pydantic_messages(
+    errors: Sequence[Mapping[str, Any]], model: type[BaseModel] | None = None
+) -> list[HumanText]:
+    """One message for a person per pydantic error (``errors(include_context=True)``), in order."""
+    props = _properties(model) if model is not None else {}
+    out = []
+    for err in errors:
+        loc = tuple(err.get("loc") or ())
+        name = str(loc[0]) if loc else ""
+        schema = props.get(name, {})
+        technical = str(err.get("msg", "invalid"))
+        kind = str(err.get("type", ""))
+        ctx = err.get("ctx") or {}
+        constraint = ctx.get(_CONSTRAINT.get(kind, ""))
+        label = field_label(name, schema) if name else ""
+        out.append(
+            HumanText(_message(kind, constraint, schema, label, technical), technical, label)
+        )
+    return out
+
+
+_SCHEMA_KINDS = {
+    "pattern": "string_pattern_mismatch",
+    "format": "string_pattern_mismatch",
+    "minLength": "string_too_short",
+    "maxLength": "string_too_long",
+    "minimum": "greater_than_equal",
+    "exclusiveMinimum": "greater_than",
+    "maximum": "less_than_equal",
+    "exclusiveMaximum": "less_than",
+    "enum": "enum",
+    "const": "enum",
+    "minItems": "too_short",
+    "maxItems": "too_long",
+    "additionalProperties": "extra_forbidden",
+    "required": "missing",
+}
+_SCHEMA_TYPES = {
+    "string": "string_type",
+    "integer": "int_type",
+    "number": "float_type",
+    "boolean": "bool_type",
+    "array": "list_type",
+    "object": "dict_type",
+}
+
+
+def schema_error_message(
+    validator: str, validator_value: Any, schema: Mapping[str, Any], name: str, technical: str
+) -> HumanText:
+    """The words for one ``jsonschema`` error (its ``validator``, ``validator_value`` and the
+    failing property's ``schema``) on the field ``name``."""
+    schema = _plain_schema(schema)
+    if validator in ("anyOf", "oneOf"):  # an optional field's value of the wrong kind
+        validator, validator_value = "type", schema.get("type")
+    if validator == "type":
+        wanted = validator_value[0] if isinstance(validator_value, list) else validator_value
+        kind = _SCHEMA_TYPES.get(str(wanted), "")
+    else:
+        kind = _SCHEMA_KINDS.get(validator, "")
+    constraint = validator_value
+    if kind == "enum" and isinstance(validator_value, list):
+        constraint = human_list([str(v) for v in validator_value], "or")
+    elif kind == "enum":
+        constraint = str(validator_value)
+    label = field_label(name, schema) if name else ""
+    return HumanText(_message(kind, constraint, schema, label, technical), technical, label)
+
+
+# --- chat-level errors ------------------------------------------------------------------
+
+_CHAT_ERRORS = {
+    "BAD_JSON": "That could not be sent: the page sent something the server could not read. "
+    "Reload the page and try again.",
+    "BAD_COMMAND": "That could not be sent: the page sent something the server did not "
+    "expect. Reload the page and try again.",
+    "NOT_FOUND": "That is no longer open: it may have finished already.",
+    "NOT_WAITING": "This question is no longer waiting for an answer.",
+    "STALE_ELICIT": "This form is out of date. Answer the question shown now.",
+    "REFUSED": "That could not be done. Please try again.",
+    "INTERNAL_ERROR": "Something went wrong on the server. Please try again.",
+    "LLM_ERROR": "The assistant could not reply just now. Please try again in a moment.",
+}
+
+
+def nul_refusal(what: str) -> str:
+    """Why a text (``what``: "Your message", "The reason") with a NUL character is refused."""
+    return (
+        f"{what} has a NUL character (U+0000), which cannot be saved. Remove it and send it again."
+    )
+
+
+def chat_error_text(code: str, message: str) -> str:
+    """What a person reads for a refused or failed command (the technical ``message`` is
+    logged, and stays in the event for programs)."""
+    return _CHAT_ERRORS.get(code, message)
+
+
+# --- values -------------------------------------------------------------------------------
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_DATETIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"
+)
+_MONEY_CODES = {"USD": "$", "EUR": "€", "GBP": "£"}
+
+
+def human_list(items: Sequence[str], conjunction: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = [i for i in items if i != ""]
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+
+
+def _date_text(value: date) -> str:
+    if isinstance(value, datetime):
+        return f"{value.day} {value:%B %Y}, {value:%H:%M}"
+    return f"{value.day} {value:%B %Y}"
+
+
+def _money(value: Any, currency: str) -> str:
+    amount = Decimal(str(value))
+    symbol = _MONEY_CODES.get(currency.upper())
+    number = f"{amount:,.2f}"
+    return f"{symbol}{number}" if symbol else f"{number} {currency.upper()}"
+
+
+def human_value(value: Any, schema: Mapping[str, Any] | None = None) -> str:
+    """``value`` as a person writes it: "—" for nothing, Yes/No, "a, b and c", dates as
+    "31 May 2026", money as "$1,234.50" where ``schema`` says so (``format: money`` with
+    ``x-currency``, or a ``currency`` sibling given as ``schema["currency"]``); never a repr."""
+    schema = schema or {}
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    if isinstance(value, int | float | Decimal):
+        currency = schema.get("x-currency") or schema.get("currency")
+        if schema.get("format") == "money" or currency:
+            return _money(value, str(currency or "USD"))
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+    if isinstance(value, date):
+        return _date_text(value)
+    if isinstance(value, str):
+        if _ISO_DATE.fullmatch(value):
+            try:
+                return _date_text(date.fromisoformat(value))
+            except ValueError:
+                return value
+        if _ISO_DATETIME.fullmatch(value):
+            try:
+                return _date_text(datetime.fromisoformat(value.replace("Z", "+00:00")))
+            except ValueError:
+                return value
+        return value
+    if isinstance(value, Mapping):
+        shown = [
+            f"{field_label(str(k))}: {human_value(v)}"
+            for k, v in value.items()
+            if v is not None and v != "" and v != []
+        ]
+        return "; ".join(shown) if shown else "—"
+    if isinstance(value, list | tuple | set | frozenset):
+        return human_list([human_value(v) for v in value]) or "—"
+    return str(value)

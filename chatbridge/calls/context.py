@@ -1,0 +1,385 @@
+"""The capability context a tool receives: ``ctx.elicit/sample/log/notify/branch/step``.
+
+``ToolContext`` owns the rules every host shares (declared keys, one pending question, no
+questions in branches, validation, the journal and replay); a ``CapabilityHost``
+(``capability_host.py``) does the live work: a ``PluginSession`` asks a browser or an MCP
+client. ``CallState`` is what one call's root context and its branch contexts share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from chatbridge.author.approval import APPROVAL_KEY, Approval, approval_message
+from chatbridge.author.elicit import (
+    ElicitId,
+    ElicitKey,
+    ElicitMode,
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+    result_to_dict,
+    validate_result,
+)
+from chatbridge.author.exceptions import (
+    ChatBridgeError,
+    ElicitAlreadyPending,
+    ElicitInBranch,
+    SessionAborted,
+    ToolDefinitionError,
+    UnknownElicitKey,
+)
+from chatbridge.author.sampling import SampleRequest, SampleResult
+from chatbridge.author.tools import McpTool
+from chatbridge.calls.capability_host import LOG_LEVELS, CapabilityHost, LogLevel
+from chatbridge.calls.journal import (
+    Journal,
+    JournalEntry,
+    request_digest,
+    to_json_value,
+)
+
+__all__ = ["LOG_LEVELS", "CallState", "CapabilityHost", "LogLevel", "ToolContext"]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+class CallState:
+    """State of one tool call shared by its root context and every branch context."""
+
+    def __init__(
+        self,
+        tool: McpTool[Any, Any],
+        call_id: str,
+        params: Mapping[str, Any],
+        host: CapabilityHost,
+        journal: Journal,
+    ) -> None:
+        self.tool, self.call_id, self.host, self.journal = tool, call_id, host, journal
+        self.params = dict(params)
+        self.elicit_seq = 0
+        self.aborted: SessionAborted | None = None
+        # Set when the call must not go on (its journal could not be written): every later
+        # capability call raises it, whatever the tool caught.
+        self.stopped: ChatBridgeError | None = None
+        # Told every answer the tool receives, live or replayed (commitments watch for theirs).
+        self.on_answer: Callable[[str, ElicitResult[Any]], object] | None = None
+
+    def answered(self, key: str, result: ElicitResult[Any]) -> ElicitResult[Any]:
+        if self.on_answer is not None:
+            self.on_answer(key, result)
+        return result
+
+    def check_aborted(self) -> None:
+        if self.aborted is not None:
+            raise self.aborted
+        if self.stopped is not None:
+            raise self.stopped
+
+    async def guarded(self, awaitable: Awaitable[T]) -> T:
+        """Await a host's bookkeeping; its ``ChatBridgeError`` stops the call for good."""
+        try:
+            return await awaitable
+        except ChatBridgeError as exc:
+            self.stopped = self.stopped or exc
+            raise
+
+    async def record(self, entry: JournalEntry) -> None:
+        """Hand ``entry`` to the host to make durable, then keep it; a failure stops the call."""
+        await self.guarded(self.host.recorded(entry))
+        self.journal.add(entry)
+
+    async def shield_abort(self, awaitable: Awaitable[T]) -> T:
+        """Await, turning the cancellation that ``abort()`` causes into ``SessionAborted``."""
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.aborted is None or task is None:
+                raise
+            task.uncancel()
+            raise self.aborted from None
+
+
+class ToolContext:
+    """What a tool body calls; ``depth`` is 0 in the tool, 1+ inside ``ctx.branch``.
+
+    ``scope`` is the branch path (``""`` in the tool body, ``"2.1"`` in the first branch of
+    its second branch); each capability call takes the next position in its scope, which
+    with the scope identifies it in the journal.
+    """
+
+    def __init__(self, state: CallState, depth: int = 0, scope: str = "") -> None:
+        self._state = state
+        self.depth = depth
+        self.scope = scope
+        self._positions = 0
+        self._branches = 0
+
+    def _next_pos(self) -> int:
+        self._positions += 1
+        return self._positions
+
+    @property
+    def call_id(self) -> str:
+        return self._state.call_id
+
+    @property
+    def tool_name(self) -> str:
+        return self._state.tool.name
+
+    @property
+    def replaying(self) -> bool:
+        """True while recorded journal entries remain unconsumed by this run."""
+        return self._state.journal.replaying
+
+    @overload
+    async def elicit(
+        self, key: ElicitKey[M], *, message: str, ui: dict[str, Any] | None = None, **context: Any
+    ) -> ElicitResult[M]: ...
+
+    @overload
+    async def elicit(
+        self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
+    ) -> ElicitResult[Any]: ...
+
+    async def elicit(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        message: str,
+        ui: dict[str, Any] | None = None,
+        **context: Any,
+    ) -> ElicitResult[Any]:
+        """Ask the user for the response declared for ``key``; suspend until answered.
+
+        With a typed key (``ElicitKey``) the answer keeps its type: ``ElicitResult[PickSeat]``.
+        """
+        return await self.elicit_with(key, message=message, context=context, ui=ui)
+
+    @overload
+    async def elicit_with(
+        self,
+        key: ElicitKey[M],
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[M]: ...
+
+    @overload
+    async def elicit_with(
+        self,
+        key: str,
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[Any]: ...
+
+    async def elicit_with(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None = None,
+    ) -> ElicitResult[Any]:
+        """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
+        name, model = self._declared(key)
+        return await self._ask(name, model, message, context, ui)
+
+    @overload
+    async def elicit_url(
+        self, key: ElicitKey[M], *, message: str, **context: Any
+    ) -> ElicitResult[M]: ...
+
+    @overload
+    async def elicit_url(self, key: str, *, message: str, **context: Any) -> ElicitResult[Any]: ...
+
+    async def elicit_url(
+        self, key: ElicitKey[Any] | str, *, message: str, **context: Any
+    ) -> ElicitResult[Any]:
+        """Ask ``key`` on a page of its own (a payment, a credential): the user gets a one-time
+        link; the page reports the answer, validated against the key's model like any other.
+
+        Journaled and replayed like ``elicit`` (the link is never recorded). Use it for input
+        that must not pass through the chat, the model or an MCP client.
+        """
+        name, model = self._declared(key)
+        return await self._ask(name, model, message, context, None, mode="url")
+
+    def _declared(self, key: ElicitKey[Any] | str) -> tuple[str, type[BaseModel]]:
+        """The name and model the tool declared for ``key``; raised before anything is sent
+        when it declared none (``UnknownElicitKey``) or another model under that name."""
+        tool = self._state.tool
+        name = key.name if isinstance(key, ElicitKey) else key
+        model: type[BaseModel] | None = tool.elicits.get(name)
+        if model is None:
+            self._state.check_aborted()
+            raise UnknownElicitKey(tool.name, name, tool.elicits)
+        if isinstance(key, ElicitKey) and key.model is not model:
+            raise ToolDefinitionError(
+                f"Tool {tool.name!r} declared {name!r} with the answer model "
+                f"{model.__name__}, but elicited it with a key whose model is "
+                f"{key.model.__name__}; declare that key object itself in .elicits(...)."
+            )
+        return name, model
+
+    async def ask_approval(self) -> ElicitResult[Approval]:
+        """The call's approval question (tools declared with ``.needs_approval()``), asked by
+        the session before the tool body runs; journaled like any answer."""
+        state = self._state
+        message = approval_message(state.tool.name, state.params)
+        context = {"tool": state.tool.name, "arguments": state.params}
+        return await self._ask(APPROVAL_KEY, Approval, message, context, None)
+
+    async def _ask(
+        self,
+        key: str,
+        model: type[BaseModel],
+        message: str,
+        context: dict[str, Any],
+        ui: dict[str, Any] | None,
+        mode: ElicitMode = "form",
+    ) -> ElicitResult[Any]:
+        state = self._state
+        state.check_aborted()
+        if self.depth > 0:
+            raise ElicitInBranch(state.tool.name, key, self.depth)
+        pending = state.host.open_question()
+        if pending is not None:
+            raise ElicitAlreadyPending(state.tool.name, key, pending)
+        plain_context = to_json_value(context, f"The context of elicitation {key!r}")
+        plain_ui = None if ui is None else to_json_value(ui, f"The ui of elicitation {key!r}")
+        pos = self._next_pos()
+        state.elicit_seq += 1
+        elicit_id = ElicitId(state.tool.name, key, state.call_id, state.elicit_seq)
+        asked: dict[str, Any] = {"key": key, "message": message, "context": plain_context}
+        if mode != "form":  # form questions keep the digests they were recorded with
+            asked["mode"] = mode
+        digest = request_digest(asked)
+        entry = state.journal.recorded(self.scope, pos, "elicit", key, digest)
+        if entry is not None:
+            return state.answered(
+                key,
+                validate_result(
+                    result_from_dict(entry.result), model, str(elicit_id), context=plain_context
+                ),
+            )
+        request = ElicitRequest.build(
+            elicit_id, model, message, plain_context, state.params, plain_ui, mode
+        )
+        seq = state.journal.next_seq()
+        await state.host.requested(seq, "elicit", key, request.to_dict())
+        # The host's question validated the answer (the key's model, with its context).
+        result = await state.shield_abort(state.host.ask(request))
+        state.answered(key, result)
+        await state.record(
+            JournalEntry(seq, "elicit", key, result_to_dict(result), self.scope, pos, digest)
+        )
+        return result
+
+    async def sample(
+        self,
+        prompt: str | Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        max_tokens: int | None = None,
+    ) -> SampleResult:
+        """Ask the server-side LLM; allowed in branches."""
+        state = self._state
+        state.check_aborted()
+        request = SampleRequest.build(prompt, system, max_tokens)
+        pos = self._next_pos()
+        # The system prompt is the first of ``messages``: the digest covers it.
+        wire = {"messages": request.messages, "max_tokens": request.max_tokens}
+        digest = request_digest(wire)
+        entry = state.journal.recorded(self.scope, pos, "sample", "sample", digest)
+        if entry is not None:
+            return SampleResult.from_dict(entry.result)
+        seq = state.journal.next_seq()
+        await state.host.requested(seq, "sample", "sample", wire)
+        result = await state.shield_abort(state.host.complete(request))
+        await state.record(
+            JournalEntry(seq, "sample", "sample", result.to_dict(), self.scope, pos, digest)
+        )
+        return result
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a side effect once and journal its JSON result; replay returns the record.
+
+        Live and replayed calls return the same plain JSON value (tuples become lists,
+        models become dicts), so the tool behaves identically on both paths.
+        """
+        state = self._state
+        state.check_aborted()
+        pos = self._next_pos()
+        digest = request_digest({"name": name, "args": args})
+        entry = state.journal.recorded(self.scope, pos, "step", name, digest)
+        if entry is not None:
+            return entry.result["value"]
+        seq = state.journal.next_seq()
+        # The host may refuse here (this worker lost the call): the side effect never runs.
+        await state.guarded(
+            state.host.requested(
+                seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
+            )
+        )
+        if inspect.iscoroutinefunction(fn):
+            raw = await state.shield_abort(fn(*args))
+        else:
+            raw = await state.shield_abort(asyncio.to_thread(fn, *args))
+            if inspect.isawaitable(raw):
+                raw = await state.shield_abort(raw)
+        value = to_json_value(raw, f"The result of step {name!r}")
+        await state.record(
+            JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest)
+        )
+        return value
+
+    async def log(self, level: str, message: str, **data: Any) -> None:
+        """Add a log line to the call's timeline (MCP ``notifications/message``)."""
+        self._state.check_aborted()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
+        plain = to_json_value(data, "Log data")
+        if not self._state.journal.replaying:
+            await self._state.host.emit_log(level, message, plain)
+
+    async def notify(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        """Report progress (MCP ``notifications/progress``)."""
+        self._state.check_aborted()
+        for name, value in (("progress", progress), ("total", total)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        if not self._state.journal.replaying:
+            await self._state.host.emit_progress(message, progress, total)
+
+    def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Coroutine[Any, Any, T]:
+        """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit.
+
+        Use it as ``await ctx.branch(fn, ...)``. The branch's scope is fixed here, when
+        ``branch`` is called (source order), not when its coroutine first runs, so
+        ``asyncio.gather(ctx.branch(a), ctx.branch(b))`` replays deterministically.
+        """
+        self._branches += 1
+        scope = f"{self.scope}.{self._branches}" if self.scope else str(self._branches)
+        return self._run_branch(ToolContext(self._state, self.depth + 1, scope), fn, args)
+
+    async def _run_branch(
+        self, child: ToolContext, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
+    ) -> T:
+        self._state.check_aborted()
+        return await fn(child, *args)

@@ -1,0 +1,222 @@
+"""The journal of a tool call: every capability result, identified by scope and position.
+
+A tool is resumable by replay (DESIGN §2, §9): run it again from the start with the journal,
+and each capability call that has a record returns it instead of acting. A call is identified
+by its *scope* (the branch path: ``""`` for the tool body, ``"2"`` for its second
+``ctx.branch``, ``"2.1"`` for the first branch inside that one) and its *position* within the
+scope, never by the global order in which calls happened to finish: concurrent branches
+replay each with its own answers. Each entry carries a digest of its request, so a changed
+tool (other step arguments, another prompt) raises ``ReplayDivergence`` instead of receiving
+a stale answer. ``seq`` is the global order of recording, kept for storage and display.
+
+Durable recording goes through a ``JournalStore``; its failure stops the call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from chatbridge.author.exceptions import NotSerializable, ReplayDivergence
+
+if TYPE_CHECKING:
+    from chatbridge.calls.sessions import PluginSession
+
+__all__ = [
+    "EntryKind",
+    "Journal",
+    "JournalEntry",
+    "JournalStore",
+    "MemoryJournalStore",
+    "request_digest",
+    "to_json_value",
+]
+
+EntryKind = Literal["elicit", "sample", "step"]
+_KINDS: tuple[EntryKind, ...] = ("elicit", "sample", "step")
+# What the digest covers, per kind: named in divergence messages.
+_DIGESTED = {
+    "elicit": "a different message or context",
+    "sample": "a different prompt",
+    "step": "different args",
+}
+
+
+def to_json_value(value: object, what: str) -> Any:
+    """``value`` as plain JSON data (pydantic models become dicts), or ``NotSerializable``."""
+    try:
+        plain = to_jsonable_python(value)
+        # A round trip through text gives exactly what a replay from storage will return.
+        return json.loads(json.dumps(plain, allow_nan=False))
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise NotSerializable(what, value, str(exc)) from None
+
+
+def _stable(value: object) -> str:
+    # repr() may hold a memory address; a type name is the same on every run.
+    return f"<{type(value).__qualname__}>"
+
+
+def request_digest(request: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a capability request (sorted keys, no spaces)."""
+    plain = to_jsonable_python(dict(request), fallback=_stable)
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One recorded capability result, at position ``pos`` of branch path ``scope``.
+
+    ``digest`` is ``None`` only for entries stored before scopes existed (see ``Journal``).
+    """
+
+    seq: int
+    kind: EntryKind
+    key: str
+    result: dict[str, Any]
+    scope: str = ""
+    pos: int | None = None
+    digest: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "seq": self.seq,
+            "kind": self.kind,
+            "key": self.key,
+            "result": self.result,
+        }
+        if self.pos is not None:
+            data.update(scope=self.scope, pos=self.pos, digest=self.digest)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JournalEntry:
+        """Parse a stored entry, with a clear error for anything malformed."""
+        seq, kind, key, result = (data.get(f) for f in ("seq", "kind", "key", "result"))
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise ValueError(f"journal entry seq must be a positive integer, got {seq!r}")
+        if kind not in _KINDS:
+            raise ValueError(f"journal entry kind must be one of {_KINDS}, got {kind!r}")
+        if not isinstance(key, str) or not isinstance(result, dict):
+            raise ValueError(f"journal entry {seq} needs a string key and an object result")
+        scope, pos, digest = data.get("scope", ""), data.get("pos"), data.get("digest")
+        if pos is None:
+            return cls(seq, kind, key, result)
+        if not isinstance(pos, int) or isinstance(pos, bool) or pos < 1:
+            raise ValueError(f"journal entry {seq} pos must be a positive integer, got {pos!r}")
+        if not isinstance(scope, str) or not (digest is None or isinstance(digest, str)):
+            raise ValueError(f"journal entry {seq} needs a string scope and digest")
+        return cls(seq, kind, key, result, scope, pos, digest)
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.key!r}"
+
+
+class Journal:
+    """A call's journal: recorded entries by (scope, position), and what replay consumed.
+
+    Entries stored before scopes existed (only ``seq``/``kind``/``key``/``result``) still
+    load: they are taken as the tool body's entries, at positions 1, 2, … in ``seq`` order,
+    and replayed without a digest check (they have none). A branch's call in such a journal
+    was recorded at the root and is not found in its branch, so it runs again.
+    """
+
+    def __init__(self, tool: str, entries: Iterable[JournalEntry | Mapping[str, Any]] = ()):
+        self._tool = tool
+        self._entries: dict[tuple[str, int], JournalEntry] = {}
+        seqs: set[int] = set()
+        parsed = [e if isinstance(e, JournalEntry) else JournalEntry.from_dict(e) for e in entries]
+        legacy = sorted((e for e in parsed if e.pos is None), key=lambda e: e.seq)
+        for entry in legacy:
+            root = 1 + sum(1 for scope, _ in self._entries if scope == "")
+            self._add(JournalEntry(entry.seq, entry.kind, entry.key, entry.result, "", root), seqs)
+        for entry in parsed:
+            if entry.pos is not None:
+                self._add(entry, seqs)
+        self._unconsumed = set(self._entries)
+        self._last_seq = max(seqs, default=0)
+
+    def _add(self, entry: JournalEntry, seqs: set[int]) -> None:
+        assert entry.pos is not None
+        if entry.seq in seqs:
+            raise ValueError(f"journal has two entries with seq {entry.seq}")
+        if (entry.scope, entry.pos) in self._entries:
+            raise ValueError(
+                f"journal has two entries at position {entry.pos} of scope {entry.scope!r}"
+            )
+        seqs.add(entry.seq)
+        self._entries[(entry.scope, entry.pos)] = entry
+
+    @property
+    def replaying(self) -> bool:
+        """True while recorded calls remain unconsumed: their events are not re-emitted."""
+        return bool(self._unconsumed)
+
+    def next_seq(self) -> int:
+        """Reserve the global recording order of a live capability call."""
+        self._last_seq += 1
+        return self._last_seq
+
+    def recorded(
+        self, scope: str, pos: int, kind: EntryKind, key: str, digest: str
+    ) -> JournalEntry | None:
+        """The record for the call at (``scope``, ``pos``) if there is one; divergence raises."""
+        entry = self._entries.get((scope, pos))
+        if entry is None:
+            return None
+        if (entry.kind, entry.key) != (kind, key):
+            raise ReplayDivergence(self._tool, scope, pos, entry.describe(), f"{kind} {key!r}")
+        if entry.digest is not None and entry.digest != digest:
+            raise ReplayDivergence(
+                self._tool,
+                scope,
+                pos,
+                f"{entry.describe()} (request digest {entry.digest[:12]})",
+                f"{kind} {key!r} with {_DIGESTED[kind]} (request digest {digest[:12]})",
+            )
+        self._unconsumed.discard((scope, pos))
+        return entry
+
+    def add(self, entry: JournalEntry) -> None:
+        """Keep a live call's entry (after its store accepted it)."""
+        assert entry.pos is not None
+        self._entries[(entry.scope, entry.pos)] = entry
+
+    def entries(self) -> list[JournalEntry]:
+        return sorted(self._entries.values(), key=lambda e: e.seq)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """JSON-serialisable entries in ``seq`` order."""
+        return [e.to_dict() for e in self.entries()]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class JournalStore(Protocol):
+    """Where a session's journal entries are made durable before the tool may go on.
+
+    ``append`` raising means the entry is not on record: the session stops the call.
+    """
+
+    async def append(self, session: PluginSession, entry: JournalEntry) -> None:
+        """Make ``entry`` durable, or raise (``ClaimLost`` if another worker holds the call)."""
+
+    async def check_held(self, session: PluginSession) -> None:
+        """Before a step's side effect: raise ``ClaimLost`` if this worker lost the call."""
+
+
+class MemoryJournalStore:
+    """No storage beyond the session's own memory (the default of ``SessionManager()``)."""
+
+    async def append(self, session: PluginSession, entry: JournalEntry) -> None:
+        return None
+
+    async def check_held(self, session: PluginSession) -> None:
+        return None

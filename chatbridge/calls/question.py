@@ -1,0 +1,129 @@
+"""One open question of a tool call: what was asked, the answers refused (with their errors),
+what a host last showed for it, and the answer.
+
+A ``Question`` is made by its ``PluginSession`` when the tool calls ``ctx.elicit`` and is the
+only place any of this is kept: the chat's form, a legacy MCP push, a 2026-07-28 round, a Task
+and a URL question's page all hand answers to it (through the session), and it validates each
+one once, against the key's model with the question's context. An answer it has validated is
+not validated again when it comes back (the chat's form checks a post before its handler
+returns it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chatbridge.author.elicit import (
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+    result_to_dict,
+    validate_result,
+)
+from chatbridge.author.exceptions import ElicitValidationError
+
+__all__ = ["FieldErrors", "Question", "Refusal"]
+
+FieldErrors = dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the question refused: the content as it came, and why (in field errors)."""
+
+    data: dict[str, Any]
+    errors: FieldErrors
+
+
+class Question:
+    """An open question (see the module docstring); ``attempts`` starts from the refusals on
+    record when a resumed call asks it again."""
+
+    def __init__(self, request: ElicitRequest, *, attempts: int = 0) -> None:
+        self.request = request
+        self.attempts = attempts  # refused answers, counted here and nowhere else
+        self.refusals: list[Refusal] = []
+        self.error: ElicitValidationError | None = None  # the last refusal by the model
+        self.errors: FieldErrors = {}  # the last refusal's field errors, whoever refused it
+        self.shown: Any = None  # what a host last showed for it (the chat's form)
+        self.answer: ElicitResult[Any] | None = None
+        self._future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
+        self._checked: object = None  # the content this question validated last
+
+    @property
+    def id(self) -> str:
+        return str(self.request.id)
+
+    @property
+    def open(self) -> bool:
+        """Not answered, expired or failed yet."""
+        return not self._future.done()
+
+    @property
+    def ended(self) -> bool:
+        """Closed by an answer, an expiry or an abort (not cancelled: parked)."""
+        return self._future.done() and not self._future.cancelled()
+
+    def check(self, result: ElicitResult[Any] | Mapping[str, Any]) -> ElicitResult[Any]:
+        """``result`` validated for this question (a JSON form is parsed first); a refused
+        answer is counted and kept before ``ElicitValidationError`` is raised."""
+        model = self.request.schema.model
+        if isinstance(result, Mapping):
+            raw = result
+            try:
+                result = result_from_dict(raw)
+            except ValueError as exc:
+                error = ElicitValidationError(
+                    self.id, model.__name__, [{"loc": ("action",), "msg": str(exc)}]
+                )
+                content = raw.get("content")
+                data = dict(content) if isinstance(content, Mapping) else {}
+                self.refuse(data, error.field_errors(), error)
+                raise error from None
+        if result.accepted and result.content is self._checked:
+            return result  # validated here already (a form's post, returned by its handler)
+        try:
+            validated = validate_result(result, model, self.id, context=self.request.context)
+        except ElicitValidationError as exc:
+            self.refuse(result_to_dict(result).get("content") or {}, exc.field_errors(), exc)
+            raise
+        if validated.accepted:
+            self._checked = validated.content
+        return validated
+
+    def refuse(
+        self, data: dict[str, Any], errors: FieldErrors, error: ElicitValidationError | None = None
+    ) -> Refusal:
+        """Count a refused answer (by the model, or by a form's own checks before it)."""
+        refusal = Refusal(dict(data), errors)
+        self.attempts += 1
+        self.refusals.append(refusal)
+        self.errors = errors
+        if error is not None:
+            self.error = error
+        return refusal
+
+    def settle(self, result: ElicitResult[Any]) -> None:
+        """Close the question with ``result`` (already checked): the tool resumes with it."""
+        self.answer = result
+        self._future.set_result(result)
+
+    def fail(self, exc: BaseException) -> None:
+        """Close the question with ``exc`` raised in the tool (an abort)."""
+        if not self._future.done():
+            self._future.set_exception(exc)
+
+    async def wait(self) -> ElicitResult[Any]:
+        """The answer, once there is one (what ``ctx.elicit`` returns)."""
+        return await self._future
+
+    async def closed(self) -> None:
+        """Wait until the question is no longer open (answered, expired, failed)."""
+        await asyncio.wait({self._future})
+
+    def __repr__(self) -> str:
+        state = "open" if self.open else "closed"
+        return f"<Question {self.id} {state}, {self.attempts} refused>"

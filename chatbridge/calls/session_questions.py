@@ -1,0 +1,291 @@
+"""The open question of a tool call: answering it, refusing an answer, expiring it, the link
+of a URL question (``ctx.elicit_url``), and asking it (``CapabilityHost.ask``).
+
+``SessionQuestions`` is a part of ``PluginSession`` (``chatbridge.calls.sessions``), kept apart
+so each module stays about one thing; the session owns the state it reads and writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from chatbridge.author.elicit import (
+    Cancel,
+    ElicitId,
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+)
+from chatbridge.author.exceptions import (
+    ElicitNotPending,
+    ElicitValidationError,
+    SessionAborted,
+    UrlQuestionsUnavailable,
+    technical_errors,
+)
+from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
+from chatbridge.calls.context import CallState
+from chatbridge.calls.events import ElicitEvent, SessionEvent
+from chatbridge.calls.journal import Journal
+from chatbridge.calls.links import UrlLinks
+from chatbridge.calls.observer import SessionObserver, observe
+from chatbridge.calls.outcome import BY_EXPIRY
+from chatbridge.calls.question import FieldErrors, Question
+from chatbridge.calls.storable import for_the_record
+
+if TYPE_CHECKING:
+    from chatbridge.calls.sessions import PluginSession
+
+__all__ = ["EXPIRED", "EXPIRED_BY", "ON_ITS_PAGE", "QuestionAnswers", "SessionQuestions"]
+
+logger = logging.getLogger("chatbridge.sessions")
+
+ON_ITS_PAGE = "This question is answered on its own page: open its link to continue."
+EXPIRED = "expired: no answer in time"
+EXPIRED_BY = BY_EXPIRY
+
+
+class SessionQuestions:
+    """A session's open question (see the module docstring)."""
+
+    # The session's state (``PluginSession.__init__`` sets it).
+    id: str
+    call_id: str
+    meta: dict[str, str]
+    observer: SessionObserver | None
+    _question: Question | None  # the open question
+    _last: Question | None  # the question asked last (open or closed)
+    _refused_on_record: tuple[str, int] | None  # a resumed call's open question, its refusals
+    _links: UrlLinks | None
+    _guard: CommitmentGuard
+    _journal: Journal
+    _state: CallState
+    _parked: bool
+
+    if TYPE_CHECKING:  # the session's own, used here
+
+        @property
+        def tool_name(self) -> str: ...
+
+        def _touch(self) -> None: ...
+
+        def _set_status(self, status: Any) -> None: ...
+
+        def _emit(self, event: SessionEvent) -> bool: ...
+
+        async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision: ...
+
+        def _stop_for_compensation(self) -> SessionAborted: ...
+
+    @property
+    def _session(self) -> PluginSession:
+        """This, as the session observers are told of."""
+        return cast("PluginSession", self)
+
+    @property
+    def question(self) -> Question | None:
+        """The open question, if any: its request, refused answers and what a host showed."""
+        question = self._question
+        return question if question is not None and question.open else None
+
+    def open_question(self) -> str | None:
+        """The id of the open question (``CapabilityHost``: a tool asks one at a time)."""
+        question = self.question
+        return question.id if question is not None else None
+
+    def _open(self, elicit_id: str) -> Question:
+        question = self.question
+        if question is None or question.id != elicit_id:
+            raise ElicitNotPending(self.id, elicit_id, question.id if question else None)
+        return question
+
+    async def check_answer(
+        self, elicit_id: ElicitId | str, result: ElicitResult[Any] | Mapping[str, Any]
+    ) -> ElicitResult[Any]:
+        """``result`` validated for the open question ``elicit_id`` without answering it (a
+        form checks each post so); a refused answer is counted, reported and raised."""
+        question = self._open(str(elicit_id))
+        try:
+            return question.check(result)
+        except ElicitValidationError:
+            await self._report_refusal(question)
+            raise
+
+    def answers_for(self, elicit_id: ElicitId | str) -> QuestionAnswers:
+        """Where a form checks the posts for question ``elicit_id`` (``PluginContext``)."""
+        return QuestionAnswers(self, str(elicit_id))
+
+    async def refused(self, elicit_id: str, data: dict[str, Any], errors: FieldErrors) -> None:
+        """A form's own check (before the model's) refused an answer to the open question."""
+        question = self._open(elicit_id)
+        question.refuse(data, errors)
+        await self._report_refusal(question)
+
+    async def respond_to_elicit(
+        self,
+        elicit_id: ElicitId | str,
+        result: ElicitResult[Any] | Mapping[str, Any],
+        *,
+        by_page: bool = False,
+    ) -> None:
+        """Answer the open question; invalid content raises and leaves it open.
+
+        A URL question (``ctx.elicit_url``) takes ``Accept`` only from its page (``by_page``):
+        a host may decline or cancel it, never answer it.
+        """
+        wanted = str(elicit_id)
+        question = self._open(wanted)
+        request = question.request
+        if request.mode == "url" and not by_page:
+            accepts = result.get("action") if isinstance(result, Mapping) else result.action
+            if accepts == "accept":  # not counted as a refused answer: nothing was checked
+                model = request.schema.model.__name__
+                msg = [{"loc": ("action",), "msg": ON_ITS_PAGE}]
+                raise ElicitValidationError(wanted, model, msg)
+        validated = await self.check_answer(wanted, result)
+        if request.mode == "url" and not by_page and self._links is not None:
+            # A host's Decline or Cancel races the page: the one that closes the link first
+            # ends the question. The page won: its answer is on its way here.
+            won = await self._links.close(request)
+            if not won or self._question is not question or not question.open:
+                raise ElicitNotPending(self.id, wanted, None)
+        self._touch()
+        self._resolve(question, validated)
+
+    def _resolve(self, question: Question, result: ElicitResult[Any]) -> None:
+        """Close the question with ``result``; an answer that commits the call commits it now,
+        before the tool resumes: from here an abort cannot undo it (see ``abort``)."""
+        self._guard.observe(question.request.key, result)
+        question.settle(result)
+
+    async def _report_refusal(self, question: Question) -> None:
+        refusal = question.refusals[-1]
+        record = technical_errors(refusal.errors)  # the record keeps the validators' own words
+        kept = for_the_record(refusal.data)  # as it came, even NaN or a NUL character
+        await observe(
+            self.observer,
+            lambda o: o.answer_rejected(self._session, question.id, kept, record),
+        )
+
+    async def expire(self) -> bool:
+        """Answer the open question with ``Cancel`` (nobody answered in time); a committed
+        call that can compensate is stopped there instead, and compensates."""
+        await self._page_answered()  # a page that reported first answered it: not expired
+        question = self.question
+        if question is None:
+            return False
+        commitment = self._guard.commitment
+        if commitment is not None and commitment.compensate is not None:
+            await self._abort_committed(EXPIRED, EXPIRED_BY)
+            return True
+        self._touch()
+        await observe(
+            self.observer,
+            lambda o: o.answer_rejected(self._session, question.id, {}, {"__all__": [EXPIRED]}),
+        )
+        if question.open:
+            question.settle(Cancel())
+        return True
+
+    def answer_of(self, elicit_id: ElicitId | str) -> ElicitResult[Any] | None:
+        """How this call's question ``elicit_id`` closed (answered, declined, cancelled,
+        expired), or None if it is open, was never asked, or is another call's. Kept through a
+        replay: the n-th question of a call is the n-th elicit of its journal."""
+        wanted = str(elicit_id)
+        last = self._last
+        if last is not None and last.id == wanted and last.answer is not None:
+            return last.answer
+        try:
+            parsed = ElicitId.parse(wanted)
+        except ValueError:
+            return None
+        if (parsed.tool_name, parsed.call_id) != (self.tool_name, self.call_id):
+            return None
+        asked = [e for e in self._journal.entries() if e.kind == "elicit" and e.scope == ""]
+        if parsed.seq > len(asked):
+            return None
+        return result_from_dict(asked[parsed.seq - 1].result)
+
+    async def question_closed(self, elicit_id: ElicitId | str) -> None:
+        """Wait until the question ``elicit_id`` is no longer open (answered or expired)."""
+        question = self.question
+        if question is not None and question.id == str(elicit_id):
+            await question.closed()
+
+    async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
+        if self._guard.stops_at_question():  # committed and asked to stop: it stops here
+            raise self._stop_for_compensation()
+        attempts = 0
+        restored, self._refused_on_record = self._refused_on_record, None
+        if restored is not None and restored[0] == str(request.id):
+            attempts = restored[1]  # its refusals on record: it keeps counting from there
+        question = self._question = self._last = Question(request, attempts=attempts)
+        try:
+            if request.mode == "url":
+                await self._link(question)
+            if question.open:  # a URL question's page may have answered it already
+                self._set_status("awaiting_elicit")
+                await observe(self.observer, lambda o: o.status_changed(self._session))
+                self._emit(ElicitEvent(self.id, question.request))
+            return await question.wait()
+        finally:
+            self._question = None
+            question.shown = None
+            # Answered, expired or aborted (not parked, which cancels it): the link is spent.
+            if request.mode == "url" and question.ended:
+                await self._close_link(question.request)
+            self._set_status("running")
+            if self._state.aborted is None and not self._parked:
+                await observe(self.observer, lambda o: o.status_changed(self._session))
+
+    async def _link(self, question: Question) -> None:
+        """Fill in a URL question's link; answer it at once if its page already reported
+        (while no session held it, or in an earlier run of a replayed call)."""
+        request = question.request
+        if self._links is None:
+            raise UrlQuestionsUnavailable(self.tool_name, request.key)
+        url = await self._links.open(request, self.meta)
+        question.request = dataclasses.replace(request, url=url)
+        answered = await self._links.answer(question.request)
+        if answered is not None and question.open:  # read back from the record: checked here
+            self._resolve(question, question.check(answered))
+
+    async def _page_answered(self) -> None:
+        """Before an abort: close the open URL question's link, so its page can no longer
+        report; if the page reported first, its answer stands (a payment taken is a payment
+        taken) and closes the question as if it had arrived before the abort."""
+        question = self.question
+        if question is None or question.request.mode != "url" or not self._links:
+            return
+        request = question.request
+        if await self._links.close(request) or not question.open:
+            return
+        answered = await self._links.answer(request)
+        if answered is not None and question.open and self._question is question:
+            self._resolve(question, question.check(answered))
+
+    async def _close_link(self, request: ElicitRequest) -> None:
+        """The question is over: its link stops working (best effort: it also expires)."""
+        if self._links is None:
+            return
+        try:
+            await self._links.close(request)
+        except Exception:
+            logger.exception("closing the link of %s failed", request.id)
+
+
+class QuestionAnswers:
+    """A form's ``AnswerDesk`` (``chatbridge.author.plugins``): the posts it checks go to the
+    session's open question ``elicit_id``, which validates, counts and reports them."""
+
+    def __init__(self, session: SessionQuestions, elicit_id: str) -> None:
+        self._session, self._elicit_id = session, elicit_id
+
+    async def check(self, result: ElicitResult[Any]) -> ElicitResult[Any]:
+        return await self._session.check_answer(self._elicit_id, result)
+
+    async def refuse(self, data: dict[str, Any], errors: FieldErrors) -> None:
+        await self._session.refused(self._elicit_id, data, errors)

@@ -1,0 +1,177 @@
+"""Stopping a tool call: an abort (by its user, an operator, the server, a client), what a
+call that committed decides instead (``chatbridge.calls.commitment``), and parking it when the
+process goes away.
+
+``SessionStops`` is a part of ``PluginSession`` (``chatbridge.calls.sessions``), kept apart so
+each module stays about one thing; the session owns the state it reads and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from chatbridge.author.exceptions import ClaimLost, JournalWriteFailed, SessionAborted
+from chatbridge.calls.commitment import AbortDecision, CommitmentGuard, CommitmentNote
+from chatbridge.calls.compensation import compensate
+from chatbridge.calls.context import CallState
+from chatbridge.calls.events import AbortedEvent, SessionEvent
+from chatbridge.calls.observer import SessionObserver, observe
+from chatbridge.calls.question import Question
+
+if TYPE_CHECKING:
+    from chatbridge.calls.sessions import PluginSession
+
+__all__ = ["PARKED", "SessionStops"]
+
+logger = logging.getLogger("chatbridge.sessions")
+
+PARKED = "parked: the server is shutting down"
+
+
+class SessionStops:
+    """How a session stops (see the module docstring)."""
+
+    # The session's state (``PluginSession.__init__`` sets it).
+    id: str
+    aborted_by: str | None
+    observer: SessionObserver | None
+    _guard: CommitmentGuard
+    _state: CallState
+    _task: asyncio.Task[None] | None
+    _terminal: SessionEvent | None
+    _parked: bool
+
+    if TYPE_CHECKING:  # the session's own, used here
+
+        @property
+        def question(self) -> Question | None: ...
+
+        async def _page_answered(self) -> None: ...
+
+        def _finish(self, event: SessionEvent, status: Any) -> None: ...
+
+        async def _observe_end(self) -> None: ...
+
+    @property
+    def abort_requested(self) -> tuple[str, str | None] | None:
+        """A request to stop made after the call committed: (reason, by)."""
+        return self._guard.abort if self._guard.committed else None
+
+    def abort_decision(self) -> AbortDecision:
+        """What ``abort()`` would do now (nothing changes)."""
+        if self._terminal is not None:
+            return "ended"
+        if not self._guard.committed:
+            return "aborted"
+        return self._guard.decision(self._asking())
+
+    def _asking(self) -> bool:
+        return self.question is not None
+
+    async def abort(
+        self, reason: str = "aborted", *, by: str | None = None, grace: float = 5.0
+    ) -> AbortDecision:
+        """Stop the tool: it sees ``SessionAborted`` at its await point, and wait for its end.
+        Idempotent.
+
+        ``by`` names who aborted (a user, an operator) for the record. A call that committed
+        (``.commits()``: its answer is on record) is not stopped where it stands: it finishes,
+        or is stopped at its open question to run its compensation (see
+        ``chatbridge.calls.commitment``); the decision is returned for the one who asked.
+        """
+        decision = await self.stop(reason, by=by)
+        if decision != "aborted":
+            return decision
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return decision  # a tool aborting itself: it unwinds by raising SessionAborted
+        done, _ = await asyncio.wait({task}, timeout=grace)
+        if not done and not self._guard.committed:  # it caught SessionAborted: stop it hard
+            logger.warning("session %s ignored abort for %.1fs; cancelling", self.id, grace)
+            task.cancel(reason)
+            await asyncio.wait({task})
+        return decision
+
+    async def stop(self, reason: str = "aborted", *, by: str | None = None) -> AbortDecision:
+        """``abort`` without waiting for the tool to end: what it decided, at once."""
+        if self._terminal is not None:
+            return "ended"
+        if self._state.aborted is None and not self._guard.committed:
+            await self._page_answered()
+        if self._guard.committed:
+            return await self._abort_committed(reason, by)
+        if self._terminal is not None:
+            return "ended"
+        if self._state.aborted is None:
+            self.aborted_by = by
+            self._state.aborted = SessionAborted(self.id, reason)
+            question = self.question
+            if question is not None:
+                question.fail(self._state.aborted)
+            elif self._task is not None:
+                self._task.cancel(reason)
+        if self._task is None:
+            self._finish(AbortedEvent(self.id, reason), "aborted")
+            await self._observe_end()
+        return "aborted"
+
+    async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision:
+        """An abort after the commitment: noted (and on record, for a worker resuming the
+        call); the tool goes on, or is stopped at its open question to compensate."""
+        decision = self._guard.decision(self._asking())
+        first = self._guard.abort is None
+        self._guard.request_abort(reason, by)
+        if first:
+            logger.info("session %s committed: abort (%s) %s", self.id, reason, decision)
+            await observe(self.observer, lambda o: o.abort_deferred(cast("PluginSession", self)))
+        question = self.question
+        if decision == "compensating" and question is not None:
+            self._stop_for_compensation()
+            question.fail(self._state.aborted or SessionAborted(self.id, reason))
+        return decision
+
+    def _stop_for_compensation(self) -> SessionAborted:
+        """Mark the call stopped by its deferred abort; the exception the tool sees."""
+        assert self._guard.abort is not None
+        reason, by = self._guard.abort
+        if self._state.aborted is None:
+            self.aborted_by = by
+            self._state.aborted = SessionAborted(self.id, reason)
+        return self._state.aborted
+
+    async def park(self) -> None:
+        """Stop the task without recording an end: the process is going away and the call stays
+        suspended on record (its journal is durable), to be resumed by replay elsewhere."""
+        if self._terminal is not None:
+            return
+        self._parked = True
+        task = self._task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel("parked")
+            await asyncio.wait({task})
+        if self._terminal is None:
+            self._finish(AbortedEvent(self.id, PARKED), "aborted")
+
+    @property
+    def parked(self) -> bool:
+        """True once the session was parked (it ended here, not on record)."""
+        return self._parked
+
+    async def _compensated(self) -> CommitmentNote | None:
+        """A committed call that cannot finish runs its compensation; None if not committed."""
+        if not self._guard.committed:
+            return None
+        return await compensate(self._state, self._guard)
+
+    def _hand_over(self, cause: BaseException) -> bool:
+        """A committed call whose journal cannot be written here (the database is away, or
+        another worker took the call) does not end: it stays on record, committed, and is
+        finished by whichever worker resumes it. True if so (it ended here as parked)."""
+        if not self._guard.committed or not isinstance(cause, JournalWriteFailed | ClaimLost):
+            return False
+        logger.warning("committed call %s handed over: %s", self.id, cause)
+        self._parked = True
+        self._finish(AbortedEvent(self.id, PARKED), "aborted")
+        return True

@@ -1,0 +1,349 @@
+"""The chat protocol: events (server → client) and commands (client → server), DESIGN §3.
+
+Both are pydantic models with a ``type`` discriminator; their JSON is the WebSocket protocol of
+API clients and the input of the HTML fragments browsers receive.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from chatbridge.author.exceptions import RefusalCode
+from chatbridge.calls.outcome import Outcome
+
+__all__ = [
+    "COMMANDS",
+    "TRANSITIONS",
+    "PhaseError",
+    "check_move",
+    "Abort",
+    "Approve",
+    "ApprovalRequest",
+    "AssistantDelta",
+    "AssistantMessage",
+    "ChatEvent",
+    "Command",
+    "ConversationState",
+    "Deny",
+    "ElicitComplete",
+    "ElicitForm",
+    "ElicitResponseAck",
+    "ElicitResponseCommand",
+    "ElicitStart",
+    "ErrorEvent",
+    "LogLine",
+    "MessageQueued",
+    "Phase",
+    "ProgressNote",
+    "SessionError",
+    "Stop",
+    "ToolCallEvent",
+    "UserMessage",
+    "UserMessageCommand",
+    "parse_command",
+]
+
+Phase = Literal[
+    "idle",
+    "process_plugin_abort",
+    "process_plugin_responses",
+    "start_iteration",
+    "streaming",
+    "executing_tools",
+    "plugin_awaiting_elicit",
+    "awaiting_approval",
+    "done",
+]
+
+# The moves between a conversation's phases (seed 001's state machine): one table, read only by
+# ``check_move``, which ``ChatHub.phase`` (the only writer of a phase) calls first (Starlette's
+# ``WebSocketState`` is the model: a move the table does not hold is a bug, and raises).
+#
+# A turn goes ``process_plugin_abort`` → ``process_plugin_responses`` → (``start_iteration`` →
+# ``streaming`` → ``executing_tools``)… → ``done``; while its tool calls run, the phase is derived
+# from what they wait for (``LiveConversation.waiting_phase``: a question, an approval, or
+# nothing). A turn that resumes suspended calls starts in ``executing_tools``, as does a tool call
+# run on its own. Whatever happens in a turn, it ends ``done`` (a failed turn too).
+
+_TOOLS: frozenset[Phase] = frozenset(
+    {"executing_tools", "plugin_awaiting_elicit", "awaiting_approval"}
+)
+_TURN_STARTS: frozenset[Phase] = frozenset({"process_plugin_abort", "executing_tools"})
+
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    # A turn starts, or a tool call runs on its own (``ChatHub.execute_tool_call``).
+    "idle": _TURN_STARTS | _TOOLS,
+    "done": _TURN_STARTS | _TOOLS,
+    "process_plugin_abort": frozenset({"process_plugin_responses"}),
+    "process_plugin_responses": frozenset({"start_iteration"}),
+    "start_iteration": frozenset({"streaming"}),
+    "streaming": frozenset({"executing_tools"}),
+    # Waiting for the calls: their questions and approvals come and go; a turn that resumed
+    # its calls goes on with the user's message, the next reply or nothing.
+    "executing_tools": _TOOLS | {"process_plugin_abort", "start_iteration"},
+    "plugin_awaiting_elicit": _TOOLS | {"start_iteration"},
+    "awaiting_approval": _TOOLS | {"start_iteration"},
+}
+
+
+class PhaseError(RuntimeError):
+    """A phase change the table does not allow (a bug in the engine)."""
+
+
+def check_move(current: Phase, new: Phase) -> None:
+    """Raise ``PhaseError`` unless ``current`` may become ``new``: a move in the table, staying
+    in the same phase, or ending the turn (``done``, from anywhere)."""
+    if new == current or new == "done" or new in TRANSITIONS[current]:
+        return
+    raise PhaseError(f"a conversation cannot go from {current!r} to {new!r}")
+
+
+MAX_USER_MESSAGE = 4000
+_ID = Field(min_length=1, max_length=200)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class UserMessage(_Event):
+    """A user's message, echoed to every socket of the conversation."""
+
+    type: Literal["user_message"] = "user_message"
+    message_id: str
+    content: str
+    client_id: str | None = None  # the sender's own id for it (``UserMessageCommand``)
+
+
+class MessageQueued(_Event):
+    """A user's message sent while a turn runs, kept to start the next turn (``queue``)."""
+
+    type: Literal["message_queued"] = "message_queued"
+    message_id: str  # the ``user_message`` event that starts its turn has the same id
+    content: str
+    client_id: str | None = None
+
+
+class AssistantDelta(_Event):
+    """A piece of the assistant's reply as it streams."""
+
+    type: Literal["assistant_delta"] = "assistant_delta"
+    message_id: str
+    delta: str
+
+
+class AssistantMessage(_Event):
+    """The assistant's whole reply, once streamed."""
+
+    type: Literal["assistant_message"] = "assistant_message"
+    message_id: str
+    content: str
+    stopped: bool = False  # the user stopped it: ``content`` is what was shown until then
+
+
+class ToolCallEvent(_Event):
+    """A tool call started or ended (``status``)."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["running", "completed", "failed", "aborted", "denied"] = "running"
+    result: Any = None
+    error: str | None = None
+    # Who aborted an ``aborted`` call: "user" (their own Abort), "operator <name>", "server".
+    aborted_by: str = ""
+    # A committed call (a payment received): what became of it, in words ("" if nothing
+    # to say: not committed, or finished with no request to stop).
+    commitment: str = ""
+    # How an ended call ended, as a value (``chatbridge.calls.outcome``): what the card shows.
+    outcome: Outcome | None = None
+
+
+class ElicitStart(_Event):
+    """A tool asked a question (before any form is shown)."""
+
+    type: Literal["elicit_start"] = "elicit_start"
+    session_id: str
+    call_id: str
+    elicit_id: str
+    key: str
+    message: str
+
+
+class ElicitForm(_Event):
+    """The form for a question, shown (again, with ``errors``) until it is answered."""
+
+    type: Literal["elicit"] = "elicit"
+    session_id: str
+    call_id: str
+    elicit_id: str
+    tool_name: str
+    key: str
+    message: str
+    requested_schema: dict[str, Any]
+    context: dict[str, Any]
+    errors: dict[str, list[str]] = Field(default_factory=dict)
+    attempt: int = 1
+    html: str = ""
+    mode: Literal["form", "url"] = "form"
+    url: str | None = None  # a URL question's one-time link: the page answers it
+
+
+class ElicitResponseAck(_Event):
+    """An answer arrived for a question (a valid one is followed by ``elicit_complete``)."""
+
+    type: Literal["elicit_response"] = "elicit_response"
+    call_id: str
+    elicit_id: str
+    action: Literal["accept", "decline", "cancel"]
+
+
+class ElicitComplete(_Event):
+    """A question was answered validly (or declined/cancelled) and the tool goes on."""
+
+    type: Literal["elicit_complete"] = "elicit_complete"
+    call_id: str
+    elicit_id: str
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+    note: str | None = None  # e.g. why a question was cancelled
+
+
+class LogLine(_Event):
+    """A tool's log line."""
+
+    type: Literal["log"] = "log"
+    call_id: str
+    level: str
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProgressNote(_Event):
+    """A tool's progress note."""
+
+    type: Literal["progress"] = "progress"
+    call_id: str
+    message: str
+    progress: float | None = None
+    total: float | None = None
+
+
+class SessionError(_Event):
+    """A tool session could not be reached."""
+
+    type: Literal["session_error"] = "session_error"
+    session_id: str
+    call_id: str
+    error: Literal["SESSION_NOT_FOUND", "SESSION_ABORTED", "INTERNAL_ERROR"]
+    message: str
+
+
+class ApprovalRequest(_Event):
+    """A tool call waits for the user to approve or deny it."""
+
+    type: Literal["approval_request"] = "approval_request"
+    call_id: str
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ConversationState(_Event):
+    """Where the conversation's engine is, which questions are open, what awaits approval."""
+
+    type: Literal["conversation_state"] = "conversation_state"
+    conversation_id: str
+    phase: Phase
+    running: bool
+    pending: list[str] = Field(default_factory=list)
+    approvals: list[ApprovalRequest] = Field(default_factory=list)
+
+
+class ErrorEvent(_Event):
+    """A command was refused or failed; the socket stays usable."""
+
+    type: Literal["error"] = "error"
+    code: RefusalCode
+    message: str
+
+
+ChatEvent: TypeAlias = Annotated[
+    UserMessage
+    | MessageQueued
+    | AssistantDelta
+    | AssistantMessage
+    | ToolCallEvent
+    | ElicitStart
+    | ElicitForm
+    | ElicitResponseAck
+    | ElicitComplete
+    | LogLine
+    | ProgressNote
+    | SessionError
+    | ApprovalRequest
+    | ConversationState
+    | ErrorEvent,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UserMessageCommand(_Command):
+    type: Literal["user_message"]
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE)
+    # Optional: echoed in the ``user_message`` (or ``message_queued``) event of this message.
+    client_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # While a turn runs: keep the message and start the next turn with it (instead of BUSY).
+    queue: bool = False
+
+
+class ElicitResponseCommand(_Command):
+    type: Literal["elicit_response"]
+    session_id: str = _ID
+    call_id: str = _ID
+    elicit_id: str = _ID
+    action: Literal["accept", "decline", "cancel"] = "accept"
+    content: dict[str, Any] = Field(default_factory=dict)
+
+
+class Abort(_Command):
+    type: Literal["abort"]
+    session_id: str = _ID
+    reason: str = Field(default="aborted by the user", max_length=500)
+
+
+class Approve(_Command):
+    type: Literal["approve"]
+    call_id: str = _ID
+
+
+class Deny(_Command):
+    type: Literal["deny"]
+    call_id: str = _ID
+    reason: str = Field(default="", max_length=500)
+
+
+class Stop(_Command):
+    """Stop the reply the model is writing; the text shown so far stays (tools go on)."""
+
+    type: Literal["stop"]
+
+
+Command: TypeAlias = Annotated[
+    UserMessageCommand | ElicitResponseCommand | Abort | Approve | Deny | Stop,
+    Field(discriminator="type"),
+]
+COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+COMMANDS = ("user_message", "elicit_response", "abort", "approve", "deny", "stop")
+
+
+def parse_command(data: Any) -> Command:
+    """Validate a decoded command (raises pydantic's ``ValidationError``)."""
+    return COMMAND_ADAPTER.validate_python(data)

@@ -1,0 +1,72 @@
+"""What the model is told when a tool call ends (DESIGN §5): its tool message, made from the
+call's ``Outcome`` (``chatbridge.calls.outcome``).
+
+A call a person ended on purpose is said as it happened, so that no model apologises for an
+error or starts the call again; a tool's exception is for logs and the admin, and the model is
+asked not to quote it to people.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import assert_never
+
+from chatbridge.calls.outcome import (
+    Aborted,
+    Cancelled,
+    Completed,
+    Declined,
+    Denied,
+    Failed,
+    Outcome,
+)
+
+__all__ = [
+    "DENIED_PREFIX",
+    "NOT_QUOTED",
+    "OPERATOR_PREFIX",
+    "USER_STOPPED_PREFIX",
+    "tool_message",
+]
+
+USER_STOPPED_PREFIX = "Stopped by the user:"
+DENIED_PREFIX = "Denied by the user:"
+OPERATOR_PREFIX = "Stopped by an operator:"
+NOT_QUOTED = " (Tell the user in plain words that it did not work; do not quote this error.)"
+# What the chat's Abort sends when the user typed no reason: not worth repeating to the model.
+_NO_REASON = ("aborted by the user", "aborted")
+
+
+def _their(reason: str) -> str:
+    reason = reason.strip(" :.")
+    return f" (their reason: {reason})" if reason and reason.lower() not in _NO_REASON else ""
+
+
+def tool_message(outcome: Outcome, commitment: str = "") -> str:
+    """The tool message for ``outcome``; ``commitment``: what became of a committed call, in
+    words, which the model passes on to the user."""
+    match outcome:
+        case Completed() | Declined() | Cancelled():
+            message = json.dumps(outcome.result, ensure_ascii=False)
+        case Failed():
+            message = f"Error: The tool failed: {outcome.error}{NOT_QUOTED}"
+        case Denied():
+            message = (
+                f"{DENIED_PREFIX} the user did not allow this tool call"
+                f"{_their(outcome.reason)}. Do not retry unless they ask."
+            )
+        case Aborted(by="user"):
+            message = (
+                f"{USER_STOPPED_PREFIX} the user stopped this tool call themselves"
+                f"{_their(outcome.reason)}. Do not retry unless they ask."
+            )
+        case Aborted(by="operator"):
+            message = (
+                f"{OPERATOR_PREFIX} an operator ended this tool call on purpose"
+                f"{_their(outcome.reason)}. Do not retry it; tell the user it was stopped."
+            )
+        case Aborted():
+            message = f"Error: The tool call was aborted: {outcome.reason}"
+        case _:
+            assert_never(outcome)
+    return f"{message}\n\n{commitment}" if commitment else message

@@ -1,0 +1,303 @@
+"""What travels between two workers for a relayed legacy MCP request (``session_relay``): the
+session ids that name their holder, the holder's answer piece by piece, and the channel each
+side listens on.
+
+Messages are dumped in Python mode (bodies stay bytes: channels_redis packs them with msgpack)
+and parsed once where they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from chatbridge.asgi_types import Message, Receive, Scope, Send
+from chatbridge.chat.worker_messages import RelayRequest
+from chatbridge.mcp.callers import Caller, enter
+
+__all__ = [
+    "CHUNK",
+    "Accepted",
+    "Body",
+    "Cancel",
+    "End",
+    "Gone",
+    "Link",
+    "NotHeld",
+    "Outbox",
+    "Parts",
+    "Relayed",
+    "Start",
+    "answer",
+    "client_gone",
+    "holder_tag",
+    "pieces",
+    "read_body",
+    "replaying",
+    "scope_of",
+    "worker_tag",
+]
+
+logger = logging.getLogger("chatbridge.mcp")
+
+CHUNK = 256 * 1024  # a response body travels in pieces of at most this many bytes
+BACKLOG = 4 * CHUNK  # the holder's app waits while this much of its answer waits to travel
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
+_TAGGED = re.compile(r"[0-9a-f]{32}\.([a-zA-Z0-9_.-]{1,80})")
+
+
+def worker_tag(worker: str) -> str:
+    """``worker``'s name in the session ids it gives out: visible ASCII that names its group
+    (``worker_group(worker_tag(w)) == worker_group(w)``)."""
+    return _UNSAFE.sub("-", worker)[:80]
+
+
+def holder_tag(session_id: str) -> str | None:
+    """The tag of the worker that gave out ``session_id``; None for an untagged id."""
+    tagged = _TAGGED.fullmatch(session_id)
+    return tagged.group(1) if tagged else None
+
+
+# -- what the holder sends back, and a cancel sent to it ----------------------------------
+
+
+class _Relayed(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Accepted(_Relayed):
+    """The holder serves the request; ``channel`` reaches it there (to cancel it)."""
+
+    type: Literal["relay.accepted"] = "relay.accepted"
+    worker: str
+    channel: str
+
+
+class NotHeld(_Relayed):
+    """The session is not (or no longer) held there."""
+
+    type: Literal["relay.not_held"] = "relay.not_held"
+
+
+class Start(_Relayed):
+    type: Literal["relay.start"] = "relay.start"
+    status: int
+    headers: list[tuple[bytes, bytes]]
+
+
+class Body(_Relayed):
+    type: Literal["relay.body"] = "relay.body"
+    body: bytes = b""
+    more_body: bool = False
+
+
+class End(_Relayed):
+    """The request is over on the holder (its last word)."""
+
+    type: Literal["relay.end"] = "relay.end"
+
+
+class Cancel(_Relayed):
+    """The client went away: end the request."""
+
+    type: Literal["relay.cancel"] = "relay.cancel"
+
+
+Part: TypeAlias = Annotated[Start | Body | End, Field(discriminator="type")]
+
+
+class Parts(_Relayed):
+    """Pieces of the answer, in order: those the app sent while the last message travelled."""
+
+    type: Literal["relay.parts"] = "relay.parts"
+    parts: list[Part]
+
+
+Relayed: TypeAlias = Annotated[
+    Accepted | NotHeld | Start | Body | End | Cancel | Parts, Field(discriminator="type")
+]
+_RELAYED: TypeAdapter[Relayed] = TypeAdapter(Relayed)
+Gone = Literal["client", "peer", "closing"]  # the other events a relayed request waits on
+
+
+class Link:
+    """A channel of this process and what arrives on it, in order, in one queue with the
+    other events a relayed request waits on (its client leaving, its peer dying)."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer, self.channel = layer, ""
+        self.queue: asyncio.Queue[Relayed | Gone] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def open(self) -> str:
+        self.channel = await self.layer.new_channel()
+        self._tasks.append(asyncio.create_task(self._receive()))
+        return self.channel
+
+    async def _receive(self) -> None:
+        while True:
+            raw = await self.layer.receive(self.channel)
+            try:
+                message = _RELAYED.validate_python(raw)
+            except ValidationError as exc:
+                logger.error("malformed relayed MCP message dropped: %s", exc)
+                continue
+            for item in message.parts if isinstance(message, Parts) else [message]:
+                self.queue.put_nowait(item)
+
+    def on(self, event: Awaitable[Any], what: Gone) -> None:
+        """Queue ``what`` once ``event`` happens."""
+
+        async def wait() -> None:
+            await event
+            self.queue.put_nowait(what)
+
+        self._tasks.append(asyncio.create_task(wait()))
+
+    async def next(self, timeout: float | None = None) -> Relayed | Gone | None:
+        """The next message or event; None after ``timeout`` seconds without one."""
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+class Outbox:
+    """The answer on its way back: the app never waits for Redis (unless ``BACKLOG`` bytes
+    wait), and what it sends while one message travels goes in the next, so a short answer
+    costs one or two messages, not one per ASGI message."""
+
+    def __init__(self, deliver: Callable[[Parts], Awaitable[None]]) -> None:
+        self.deliver = deliver
+        self.failed: Exception | None = None
+        self._parts: list[Start | Body | End] = []
+        self._wake, self._room = asyncio.Event(), asyncio.Event()
+        self._room.set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def put(self, parts: Iterable[Start | Body | End]) -> None:
+        self._parts.extend(parts)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        if self._waiting() > BACKLOG:
+            self._room.clear()
+            await self._room.wait()
+
+    async def close(self) -> None:
+        """Send the ``End`` after what waits; return once sent (or sending failed)."""
+        if self.failed is None:
+            await self.put([End()])
+        if self._task is not None:
+            await asyncio.wait({self._task})
+
+    def _waiting(self) -> int:
+        return sum(len(p.body) for p in self._parts if isinstance(p, Body))
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._parts:
+                    size, count = 0, 0
+                    for part in self._parts:
+                        size += len(part.body) if isinstance(part, Body) else 0
+                        count += 1
+                        if size >= CHUNK:
+                            break
+                    batch, self._parts = self._parts[:count], self._parts[count:]
+                    await self.deliver(Parts(parts=batch))
+                    if self._waiting() <= BACKLOG:
+                        self._room.set()
+                    if isinstance(batch[-1], End):
+                        return
+        except Exception as exc:  # the channel layer is down, or the origin stopped reading
+            self.failed = exc
+            self._room.set()
+
+
+async def read_body(receive: Receive, cap: int) -> bytes | None:
+    """The request's body; None past ``cap`` bytes."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)
+        body += message.get("body", b"")
+        if len(body) > cap:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` again, the body it gave already given first."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+async def client_gone(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def pieces(message: Message) -> Iterator[Start | Body]:
+    """An ASGI response message as it travels (a large body in pieces)."""
+    if message["type"] == "http.response.start":
+        headers = [(bytes(k), bytes(v)) for k, v in message.get("headers") or ()]
+        yield Start(status=message["status"], headers=headers)
+    elif message["type"] == "http.response.body":
+        body, more = bytes(message.get("body", b"")), bool(message.get("more_body", False))
+        for at in range(0, max(len(body), 1), CHUNK):
+            yield Body(body=body[at : at + CHUNK], more_body=more or at + CHUNK < len(body))
+
+
+async def answer(send: Send, status: int, body: bytes, kind: bytes = b"text/plain") -> None:
+    await send(
+        {"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def scope_of(request: RelayRequest) -> Scope:
+    """The relayed request as the holder's ASGI app receives it, its caller entered."""
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": request.http_version,
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.path.encode(),
+        "root_path": "",
+        "query_string": request.query_string.encode("latin-1"),
+        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers],
+        "client": request.client,
+        "server": None,
+        "state": {},
+    }
+    meta = {str(k): str(v) for k, v in dict(request.caller.get("meta") or {}).items()}
+    identity, quota = str(request.caller["identity"]), str(request.caller["quota"])
+    enter(scope, Caller(identity, quota, meta))
+    return scope

@@ -1,0 +1,319 @@
+"""Keeps ``ToolSession`` and ``JournalRecord`` rows in step with the live sessions.
+
+Two roles: ``DjangoRecorder.append`` is the session's ``JournalStore`` (a journal entry is
+durable, and written only by the worker holding the call, or the call stops); the rest is
+its ``SessionObserver`` (status, requests, refused answers: best effort, for the admin; a
+call's last log lines and latest progress, for its card after a page reload).
+Every write about a call is fenced by its lease (``chatbridge.records.lease``): a worker that
+lost the call never overwrites what the new holder records, and a call is started here only
+if no other worker holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
+from chatbridge.calls.journal import EntryKind, JournalEntry
+from chatbridge.calls.outcome import describe
+from chatbridge.calls.sessions import PluginSession
+from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
+from chatbridge.records import lean_sql, lease
+from chatbridge.records.lease import WORKER_ID
+from chatbridge.records.outage import db_call
+from chatbridge.records.writer import undo_on_retry, write_later, write_now
+
+__all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]
+
+logger = logging.getLogger("chatbridge.lease")
+
+
+def _pending_fields(session: PluginSession) -> dict[str, Any]:
+    pending = session.pending
+    if pending is None:
+        return dict(NO_PENDING)
+    return {
+        "pending_key": pending.key,
+        "pending_elicit_id": str(pending.id),
+        "pending_message": pending.message,
+        "pending_context": pending.context,
+        "pending_schema": pending.schema.json,
+        "pending_since": timezone.now(),
+    }
+
+
+def _started(session: PluginSession) -> None:
+    fields = {
+        "conversation_id": session.meta.get("conversation_id"),
+        "tool_name": session.tool_name,
+        "arguments": session.params.model_dump(mode="json"),
+        "status": session.status,
+        "transport": session.meta.get("transport", "chat"),
+        "client": session.meta.get("client", ""),
+        "meta": dict(session.meta),
+        "ended_at": None,
+        "updated_at": timezone.now(),
+    }
+    if not lease.begin(session.id, fields):  # resumed without a claim: its first write stops it
+        logger.warning("call %s is held by another worker: not started here", session.id)
+
+
+def _status_snapshot(session: PluginSession) -> dict[str, Any]:
+    return {"status": session.status, "updated_at": timezone.now(), **_pending_fields(session)}
+
+
+# A call's latest status snapshot not written yet, per call id: the writes of a burst of status
+# changes (running, then the next question) are one. The event loop puts, the writer thread
+# takes: every access holds the lock.
+_latest_status: dict[str, dict[str, Any]] = {}
+_latest_status_lock = threading.Lock()
+
+
+def _keep_status(session_id: str, fields: dict[str, Any]) -> bool:
+    """Keep the latest snapshot; True if a write must be queued (none is)."""
+    with _latest_status_lock:
+        queued = session_id in _latest_status
+        _latest_status[session_id] = fields
+    return not queued
+
+
+def _save_status(session_id: str) -> None:
+    with _latest_status_lock:
+        fields = _latest_status.pop(session_id, None)
+    if fields is not None:
+        undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
+        lean_sql.update(ToolSession, fields, **lease.held(session_id))
+
+
+def _put_back(latest: dict[str, Any], lock: threading.Lock, key: str, value: Any) -> None:
+    """A write that took ``value`` runs again (the database went away): it finds it again,
+    unless a newer one came meanwhile."""
+    with lock:
+        latest.setdefault(key, value)
+
+
+def _requested(
+    session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
+) -> None:
+    if lean_sql.select(ToolSession, ("id",), **lease.held(session_id)) is None:
+        return  # not this worker's call (any more)
+    fields = {
+        "kind": kind,
+        "key": key,
+        "elicit_id": str(request.get("elicit_id") or ""),
+        "request": request,
+        "requested_at": at,
+    }
+    record = lean_sql.select(JournalRecord, ("id", "result"), session_id=session_id, seq=seq)
+    if record is None:
+        lean_sql.insert(JournalRecord, {"session_id": session_id, "seq": seq, **fields})
+    elif record[1] is None:  # an answered entry keeps the request it answered
+        lean_sql.update(JournalRecord, fields, id=record[0])
+
+
+def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = False) -> None:
+    """Write ``entry`` in one transaction with the check that this worker holds the call.
+
+    The fenced update of the call's row is the check (and takes the row's lock where the
+    database has row locks); only when it finds nothing is the row read, to say why. An entry
+    that ``commits`` the call marks its row committed in the same transaction."""
+    row: dict[str, Any] = {"updated_at": now}
+    if commits:
+        row["committed"] = entry.key
+    with transaction.atomic():
+        if not lean_sql.update(ToolSession, row, **lease.held(session_id)):
+            lease.check(session_id)  # raises: no such row, or another worker holds the call
+        # The (session, scope, pos) constraint refuses a second writer of the same slot.
+        fields = {
+            "kind": entry.kind,
+            "key": entry.key,
+            "scope": entry.scope,
+            "pos": entry.pos,
+            "digest": entry.digest or "",
+            "result": entry.result,
+            "answered_at": now,
+        }
+        where = {"session_id": session_id, "seq": entry.seq}
+        if not lean_sql.update(JournalRecord, fields, **where):
+            lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
+
+
+def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
+    record = JournalRecord.objects.filter(session_id=session_id, elicit_id=elicit_id).last()
+    refused = {"at": at.isoformat(), "data": data, "errors": errors}
+    if record is not None and refused not in record.rejected:  # written once, if run again
+        record.rejected = [*record.rejected, refused]
+        record.save(update_fields=["rejected"])
+
+
+MAX_LOG_LINES = 50  # a call keeps its last 50 log lines
+MAX_LOG_TEXT = 2000  # characters of a log line's message kept
+
+# A call's log lines and progress since its last write, per call id: a burst of lines is one
+# write. The event loop adds and the writer thread takes: every access holds the lock.
+_notes: dict[str, dict[str, Any]] = {}
+_notes_lock = threading.Lock()
+
+
+def _note(call_id: str, *, log: dict[str, Any] | None = None, progress: Any = None) -> bool:
+    """Keep a log line or the latest progress; True if a write must be queued (none is)."""
+    with _notes_lock:
+        queued = call_id in _notes
+        notes = _notes.setdefault(call_id, {"logs": [], "progress": None})
+        if log is not None:
+            notes["logs"] = [*notes["logs"], log][-MAX_LOG_LINES:]
+        if progress is not None:
+            notes["progress"] = progress
+    return not queued
+
+
+def _save_notes(call_id: str) -> None:
+    with _notes_lock:
+        notes = _notes.pop(call_id, None)
+    if notes is None:
+        return
+    undo_on_retry(lambda: _notes_back(call_id, notes))
+    with transaction.atomic():  # the row locked: the kept lines are read, then extended
+        row = lean_sql.select(ToolSession, ("logs",), for_update=True, **lease.held(call_id))
+        if row is None:
+            return
+        fields: dict[str, Any] = {}
+        if notes["logs"]:
+            fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
+        if notes["progress"] is not None:
+            fields["progress"] = notes["progress"]
+        if fields:
+            lean_sql.update(ToolSession, fields, **lease.held(call_id))
+
+
+def _notes_back(call_id: str, notes: dict[str, Any]) -> None:
+    """The notes a write took, back before those that came since (it runs again: the
+    database went away). Should its commit have happened after all, those lines show twice
+    in the call's card: they are not worth a statement more on every write."""
+    with _notes_lock:
+        newer = _notes.get(call_id)
+        if newer is None:
+            _notes[call_id] = notes
+        else:
+            newer["logs"] = [*notes["logs"], *newer["logs"]][-MAX_LOG_LINES:]
+            newer["progress"] = newer["progress"] or notes["progress"]
+
+
+def _plain(data: dict[str, Any]) -> Any:
+    """A log line's data as JSON (what is not JSON becomes its text)."""
+    return json.loads(json.dumps(data, default=str))
+
+
+def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "status": session.status,
+        "phase": FINAL_PHASE,  # not the conversation's phase of the moment
+        "ended_at": timezone.now(),
+        **_pending_fields(session),
+    }
+    outcome = session.outcome
+    if outcome is not None:
+        fields["outcome"] = outcome.model_dump(mode="json")
+        fields["error"] = describe(outcome)
+    if event.type == "completed":
+        fields["result"] = event.result
+    elif event.type == "aborted":
+        fields.update(aborted_by=session.aborted_by or "", aborted_at=timezone.now())
+    if event.type in ("completed", "failed", "aborted") and event.commitment is not None:
+        fields.update(committed=event.commitment.key, commitment=event.commitment.to_dict())
+    return fields
+
+
+def _abort_deferred(session_id: str, commitment: dict[str, Any]) -> None:
+    lean_sql.update(ToolSession, {"commitment": commitment}, **lease.held(session_id))
+
+
+def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
+    with _latest_status_lock:
+        _latest_status.pop(session_id, None)  # the end supersedes any status not written yet
+    if not lease.release(session_id, fields):
+        logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
+
+
+class DjangoRecorder:
+    """``JournalStore`` and ``SessionObserver`` on the ORM, through the ordered writer.
+
+    Status changes, requests and refused answers are queued; the session row and each journal
+    entry are waited for (the entry exists before the tool acts on the answer). A failed
+    journal write raises to the session, which stops the call.
+    """
+
+    async def append(self, session: PluginSession, entry: JournalEntry) -> None:
+        commitment = session.commitment
+        commits = (
+            commitment is not None
+            and (entry.kind, entry.key, entry.scope) == ("elicit", commitment.key, "")
+            and entry.result.get("action") == "accept"
+        )
+        await write_now(_append, session.id, entry, timezone.now(), commits)
+
+    async def check_held(self, session: PluginSession) -> None:
+        await db_call(lease.check, session.id)
+
+    async def session_started(self, session: PluginSession) -> None:
+        await write_now(_started, session)
+
+    async def status_changed(self, session: PluginSession) -> None:
+        # A snapshot now: the session moves on before a queued write runs. A question is on
+        # record before it is shown (operators and other workers look for it there); the
+        # other changes are written in the background, the latest of a burst once.
+        queued = not _keep_status(session.id, _status_snapshot(session))
+        if session.status == "awaiting_elicit":
+            await write_now(_save_status, session.id)
+        elif not queued:
+            write_later(_save_status, session.id)
+
+    async def capability_requested(
+        self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
+    ) -> None:
+        write_later(_requested, session.id, seq, kind, key, request, timezone.now())
+
+    async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
+        return None  # ``append`` wrote it, durably, before the tool went on
+
+    async def answer_rejected(
+        self,
+        session: PluginSession,
+        elicit_id: str,
+        data: dict[str, Any],
+        errors: dict[str, list[str]],
+    ) -> None:
+        write_later(_rejected, session.id, elicit_id, data, errors, timezone.now())
+
+    async def log_emitted(self, session: PluginSession, event: LogEvent) -> None:
+        line = {
+            "level": event.level,
+            "message": event.message[:MAX_LOG_TEXT],
+            "data": _plain(event.data),
+        }
+        if _note(session.id, log=line):
+            write_later(_save_notes, session.id)
+
+    async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
+        note = {"message": event.message, "progress": event.progress, "total": event.total}
+        if _note(session.id, progress=note):
+            write_later(_save_notes, session.id)
+
+    async def abort_deferred(self, session: PluginSession) -> None:
+        requested = session.abort_requested
+        if requested is None:
+            return
+        reason, by = requested
+        commitment = {"abort_reason": reason, "abort_by": by or ""}
+        # Queued, not awaited: the one who asked (an operator's request on SQLite's one
+        # database thread) may be waiting for this worker's reply.
+        write_later(_abort_deferred, session.id, commitment)
+
+    async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
+        await write_now(_ended_fields, session.id, _ended_snapshot(session, event))

@@ -1,0 +1,221 @@
+"""Conversation persistence for the engine (``DjangoStore``): messages in order, the latest
+phase, the calls a conversation may resume, who owns a conversation.
+
+``DjangoStore`` is also the engine's ``TurnLeases`` (``turn_leases``), ``MessageQueue``
+(``message_queue``) and ``VisitorLimits``; which workers are alive is ``worker_liveness``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from chatbridge.calls.commitment import abort_requested
+from chatbridge.chat.models import (
+    ACTIVE_STATUSES,
+    Conversation,
+    Message,
+    ToolSession,
+    as_llm_message,
+)
+from chatbridge.engine.conversation import CommandRefused, ResumableCall
+from chatbridge.engine.protocol import Phase
+from chatbridge.engine.turns import QueuedMessage
+from chatbridge.records import lean_sql, lease, message_queue, turn_leases
+from chatbridge.records.outage import db_call
+from chatbridge.records.turn_leases import LEASE_SECONDS
+from chatbridge.records.worker_liveness import (
+    HEARTBEAT_SECONDS,
+    HEARTBEAT_TTL,
+    beat,
+    forget_worker,
+    worker_alive,
+)
+from chatbridge.records.writer import undo_on_retry, write_later, write_now
+
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "HEARTBEAT_TTL",
+    "LEASE_SECONDS",
+    "DjangoStore",
+    "beat",
+    "forget_worker",
+    "owner_key",
+    "worker_alive",
+]
+
+# Tests drive these directly under the names they had here.
+_enqueue = message_queue.enqueue
+_take_new_turn = turn_leases.take_new_turn
+
+TITLE_LENGTH = 60
+
+
+def owner_key(user: Any, session_key: str | None) -> str | None:
+    """``user:<id>`` for a logged-in user, ``session:<key>`` for a browser session."""
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"user:{user.pk}"
+    return f"session:{session_key}" if session_key else None
+
+
+def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+    with transaction.atomic():  # the conversation's row locked: one writer of its next seq
+        if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
+            raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+        if lean_sql.select(Message, ("id",), id=message_id) is not None:
+            return  # written by a run whose commit was cut off (the database went away)
+        last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
+        now = timezone.now()
+        lean_sql.insert(
+            Message,
+            {
+                "id": message_id,
+                "conversation_id": conversation_id,
+                "seq": last + 1,
+                "role": message["role"],
+                "content": message.get("content") or "",
+                "tool_calls": message.get("tool_calls"),
+                "tool_call_id": message.get("tool_call_id") or "",
+                "stopped": bool(message.get("stopped")),  # not part of what the model reads
+                "created_at": now,
+            },
+        )
+        changed: dict[str, Any] = {"updated_at": now}
+        if message["role"] == "user" and last == 0:
+            text = " ".join(str(message.get("content") or "").split())
+            changed["title"] = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
+        lean_sql.update(Conversation, changed, id=conversation_id)
+
+
+def _messages(conversation_id: str) -> list[dict[str, Any]]:
+    columns = ("role", "content", "tool_calls", "tool_call_id")
+    return [
+        as_llm_message(*row)
+        for row in lean_sql.rows(Message, columns, "seq", conversation_id=conversation_id)
+    ]
+
+
+# A turn passes through several phases in a few milliseconds; only the latest one needs
+# writing, and queued phase writes would delay the journal writes that wait behind them.
+# The event loop sets it and the writer thread takes it: every access holds the lock.
+_latest_phase: dict[str, str] = {}
+_latest_phase_lock = threading.Lock()
+
+
+def _note_phase(conversation_id: str, phase: str) -> bool:
+    """Record the latest phase; True if a write must be queued (none is queued yet)."""
+    with _latest_phase_lock:
+        queued = conversation_id in _latest_phase
+        _latest_phase[conversation_id] = phase
+    return not queued
+
+
+def _save_latest_phase(conversation_id: str) -> None:
+    with _latest_phase_lock:
+        phase = _latest_phase.pop(conversation_id, None)
+    if phase is None:
+        return
+    undo_on_retry(lambda: _phase_back(conversation_id, phase))
+    lean_sql.update(Conversation, {"phase": phase}, id=conversation_id)
+    lean_sql.update(ToolSession, {"phase": phase}, conversation_id=conversation_id, ended_at=None)
+
+
+def _phase_back(conversation_id: str, phase: str) -> None:
+    """The write runs again (the database went away): it finds its phase, or a newer one."""
+    with _latest_phase_lock:
+        _latest_phase.setdefault(conversation_id, phase)
+
+
+def _resumable(conversation_id: str) -> list[ResumableCall]:
+    return [
+        ResumableCall(
+            s.id,
+            s.tool_name,
+            dict(s.arguments),
+            s.journal_entries(),
+            s.worker,
+            abort_requested(s.commitment),
+        )
+        for s in ToolSession.objects.filter(
+            conversation_id=conversation_id, status__in=ACTIVE_STATUSES
+        ).order_by("created_at")
+    ]
+
+
+FULL_MEMO = 1.0  # seconds a full queue's refusal is repeated without asking the database
+
+
+class DjangoStore:
+    """``ConversationStore`` on the Django ORM."""
+
+    def __init__(self) -> None:
+        # Conversation id → (until when, refusal): a visitor flooding a full queue is refused
+        # from memory. A dequeue here forgets them all (the visitor's other chats may have
+        # room again); one on another worker shows within FULL_MEMO.
+        self._full: dict[str, tuple[float, CommandRefused]] = {}
+
+    async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        return await db_call(_messages, conversation_id)
+
+    async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+        await write_now(_append, conversation_id, message_id, message)
+
+    async def save_phase(self, conversation_id: str, phase: Phase) -> None:
+        if _note_phase(conversation_id, phase):  # for the admin; off the hot path, coalesced
+            write_later(_save_latest_phase, conversation_id)
+
+    async def resumable(self, conversation_id: str) -> list[ResumableCall]:
+        return await db_call(_resumable, conversation_id)
+
+    async def claim(self, call_id: str, worker: str) -> bool:
+        return await db_call(lease.claim, call_id, worker)
+
+    # -- MessageQueue: messages waiting for the running turn, durable -----------------------
+
+    async def queued(self, conversation_id: str) -> list[QueuedMessage]:
+        return await db_call(message_queue.queued, conversation_id)
+
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
+        now = time.monotonic()
+        memo = self._full.get(conversation_id)
+        if memo is not None and memo[0] > now:
+            raise memo[1]
+        try:
+            refused = await sync_to_async(message_queue.queue_full_refusal)(conversation_id)
+            if refused is None:
+                await write_now(message_queue.enqueue, conversation_id, message)
+        except CommandRefused as lost_race:  # counted again under the lock: full after all
+            refused = lost_race
+        if refused is not None:
+            if len(self._full) > 1000:  # forget the expired ones
+                self._full = {k: v for k, v in self._full.items() if v[0] > now}
+            self._full[conversation_id] = (now + FULL_MEMO, refused)
+            raise refused
+
+    async def dequeue(self, conversation_id: str, message_id: str) -> None:
+        self._full.clear()
+        await write_now(message_queue.dequeue, conversation_id, message_id)
+
+    # -- TurnLeases: one running turn per conversation across workers ----------------------
+
+    async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return await db_call(turn_leases.take_turn, conversation_id, replacing)
+
+    # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
+
+    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
+        return await sync_to_async(turn_leases.take_new_turn)(conversation_id, replacing)
+
+    async def renew_turn(self, conversation_id: str) -> bool:
+        return await db_call(turn_leases.renew_turn, conversation_id)
+
+    async def release_turn(self, conversation_id: str) -> None:
+        await db_call(turn_leases.release_turn, conversation_id)
+
+    async def turn_holder(self, conversation_id: str) -> str:
+        return await db_call(turn_leases.turn_holder, conversation_id)

@@ -1,0 +1,251 @@
+"""The links of URL questions, kept in the database (``UrlLinks`` for the runtime).
+
+A link is ``<origin>/elicit/<token>/``: one question's (bound to its call and elicitation id),
+one time (a page that answered, or a question closed otherwise, ends it), expiring
+(``CHATBRIDGE_URL_LINK_TTL`` seconds; the owner of the chat that asked gets a fresh link on a
+visit to an expired one while the question is open). The row keeps a hash of the token, never
+the token: the token is an HMAC of the question and a nonce under the secret key, so asking the
+same question again (a replay, a restart) hands out the same link until it expires.
+
+``complete`` is what a plugin's page calls through ``UrlQuestion.complete``: it validates the
+answer with the key's model, marks the link used (compare-and-set, so two tabs cannot both
+pay) and hands ``Accept(content)`` to the call on the worker holding its lease
+(``chatbridge.records.lease``), never to a copy that lost it; a call that no live worker holds
+(the server restarting) finds the answer when it is resumed and asks again.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import secrets
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+from pydantic import BaseModel
+
+from chatbridge.author.elicit import (
+    Accept,
+    ElicitRequest,
+    ElicitResult,
+    result_from_dict,
+    result_to_dict,
+    validate_result,
+)
+from chatbridge.author.exceptions import ElicitNotPending, LinkUnusable
+from chatbridge.calls.manager import SessionManager
+from chatbridge.chat.models import ElicitLink, ToolSession
+from chatbridge.chat.registry import get_registry
+from chatbridge.chat.workers import deliver_page_answer
+from chatbridge.conf import setting
+from chatbridge.records.lease import WORKER_ID, CallLease
+from chatbridge.records.outage import db_call
+
+__all__ = ["DjangoUrlLinks", "complete", "find", "remember_origin", "renew", "token_hash"]
+
+logger = logging.getLogger("chatbridge.links")
+
+_SALT = "chatbridge.records.url_links"
+_ORIGINS_KEPT = 10_000
+_origins: dict[str, str] = {}  # conversation id → origin of its latest socket
+
+
+def remember_origin(conversation_id: str, origin: str) -> None:
+    """The chat page of ``conversation_id`` is served from ``origin`` (its socket said so):
+    links of its questions point there unless ``CHATBRIDGE_PUBLIC_URL`` is set."""
+    _origins.pop(conversation_id, None)
+    _origins[conversation_id] = origin
+    while len(_origins) > _ORIGINS_KEPT:
+        del _origins[next(iter(_origins))]
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _token(elicit_id: str, nonce: str) -> str:
+    digest = salted_hmac(_SALT, f"{elicit_id}|{nonce}", algorithm="sha256").digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _base(meta: Mapping[str, str]) -> str:
+    public = str(setting("CHATBRIDGE_PUBLIC_URL") or "")
+    origin = public or meta.get("origin") or _origins.get(meta.get("conversation_id", ""), "")
+    return origin.rstrip("/")
+
+
+def _ttl() -> timedelta:
+    return timedelta(seconds=float(setting("CHATBRIDGE_URL_LINK_TTL")))
+
+
+def _open(request: ElicitRequest) -> str:
+    """The question's token: the same while its link lives; a fresh one once it expired."""
+    elicit_id, now = str(request.id), timezone.now()
+    with transaction.atomic():
+        row = ElicitLink.objects.select_for_update().filter(elicit_id=elicit_id).first()
+        stale = row is not None and (row.expires_at <= now or row.closed_at is not None)
+        if row is not None and row.result is None and stale:  # asked again: a new link
+            row.nonce = secrets.token_hex(16)
+            row.token_hash = token_hash(_token(elicit_id, row.nonce))
+            row.expires_at, row.closed_at, row.opened_at = now + _ttl(), None, None
+            row.save(update_fields=["nonce", "token_hash", "expires_at", "closed_at", "opened_at"])
+        if row is None:
+            nonce = secrets.token_hex(16)
+            row = ElicitLink.objects.create(
+                elicit_id=elicit_id,
+                call_id=request.call_id,
+                tool_name=request.tool_name,
+                key=request.key,
+                nonce=nonce,
+                token_hash=token_hash(_token(elicit_id, nonce)),
+                message=request.message,
+                context=request.context,
+                params=request.params,
+                expires_at=now + _ttl(),
+            )
+    return _token(elicit_id, row.nonce)
+
+
+def _answer(elicit_id: str) -> dict[str, Any] | None:
+    """What the question's page reported, or the Cancel its expired link left."""
+    row = ElicitLink.objects.filter(elicit_id=elicit_id, result__isnull=False).first()
+    return row.result if row is not None else None
+
+
+def _close(elicit_id: str) -> bool:
+    """Close the link; False if its page (or its expiry) had ended the question first. The
+    page's compare-and-set needs ``closed_at`` unset, so after this update no page can
+    answer: the two single-statement updates decide who ended the question."""
+    ElicitLink.objects.filter(elicit_id=elicit_id, closed_at=None).update(closed_at=timezone.now())
+    return not ElicitLink.objects.filter(elicit_id=elicit_id, result__isnull=False).exists()
+
+
+class DjangoUrlLinks:
+    """``UrlLinks`` in the database (see the module docstring)."""
+
+    async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> str:
+        try:
+            token = await db_call(_open, request)
+        except IntegrityError:  # two workers opened the same question at once: take theirs
+            token = await db_call(_open, request)
+        return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
+
+    # Not on the process's database thread: an abort asks these while an operator's request
+    # may hold that thread waiting for the abort's reply (the admin on SQLite).
+    async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
+        data = await db_call(_answer, str(request.id), thread_sensitive=False)
+        return result_from_dict(data) if data is not None else None
+
+    async def close(self, request: ElicitRequest) -> bool:
+        return await db_call(_close, str(request.id), thread_sensitive=False)
+
+
+def find(token: str, *, visit: bool = False) -> ElicitLink:
+    """The live link of ``token``, or ``LinkUnusable`` saying why not. ``visit`` notes the
+    first visit."""
+    row = ElicitLink.objects.filter(token_hash=token_hash(token)).first()
+    if row is None:
+        raise LinkUnusable("unknown")
+    if row.expires_at <= timezone.now():
+        raise LinkUnusable("expired")
+    if row.completed_at is not None:
+        raise LinkUnusable("used")
+    if row.closed_at is not None:
+        raise LinkUnusable("closed")
+    if visit and row.opened_at is None:
+        ElicitLink.objects.filter(pk=row.pk, opened_at=None).update(opened_at=timezone.now())
+    return row
+
+
+def _mark_completed(token: str, result: dict[str, Any], commits: bool) -> ElicitLink:
+    """Compare-and-set: exactly one caller completes a live link. An answer that commits its
+    call (``.commits()``) marks the call committed in the same transaction: from then on no
+    abort ends it silently, on whichever worker it runs or is resumed."""
+    row = find(token)
+    with transaction.atomic():
+        done = ElicitLink.objects.filter(
+            pk=row.pk, completed_at=None, closed_at=None, expires_at__gt=timezone.now()
+        ).update(completed_at=timezone.now(), result=result)
+        if not done:
+            closed = ElicitLink.objects.filter(pk=row.pk, completed_at=None).exists()
+            raise LinkUnusable("closed" if closed else "used")
+        if commits:
+            ToolSession.objects.filter(pk=row.call_id).update(committed=row.key)
+    return row
+
+
+async def complete(
+    token: str, manager: SessionManager, content: BaseModel | Mapping[str, Any]
+) -> None:
+    """A page is done: validate, mark the link used, deliver ``Accept(content)`` to the call
+    (held by ``manager`` or by another worker)."""
+    row = await sync_to_async(find)(token)
+    plugin = get_registry().get(row.tool_name)
+    model = plugin.tool.elicits.get(row.key) if plugin is not None else None
+    if model is None:
+        raise LinkUnusable("unknown")
+    answer = validate_result(
+        Accept(dict(content) if isinstance(content, Mapping) else content),
+        model,
+        row.elicit_id,
+        context=row.context,
+    )
+    commits = row.key in plugin.tool.commitments if plugin is not None else False
+    await sync_to_async(_mark_completed)(token, result_to_dict(answer), commits)
+    await deliver(manager, row.call_id, row.elicit_id, answer)
+
+
+def _renew(token: str, owner: str) -> str | None:
+    """A fresh token for ``token``'s expired link, if its question is still open and was
+    asked in a chat of ``owner``; None otherwise."""
+    with transaction.atomic():
+        row = ElicitLink.objects.select_for_update().filter(token_hash=token_hash(token)).first()
+        if row is None or row.result is not None or row.closed_at is not None:
+            return None
+        if row.expires_at > timezone.now():  # renewed meanwhile (another tab): theirs is live
+            return None
+        asked_in = ToolSession.objects.filter(pk=row.call_id, conversation__owner=owner)
+        if not asked_in.exists():
+            return None
+        row.nonce = secrets.token_hex(16)
+        row.token_hash = token_hash(_token(row.elicit_id, row.nonce))
+        row.expires_at, row.opened_at = timezone.now() + _ttl(), None
+        row.save(update_fields=["nonce", "token_hash", "expires_at", "opened_at"])
+    return _token(row.elicit_id, row.nonce)
+
+
+async def renew(token: str, owner: str | None) -> str | None:
+    """A visit found ``token``'s link expired. The question stays open (it ends on its own
+    timeout: a booking is not cancelled because a link aged); the owner of the chat it was
+    asked in gets a fresh link to it (None for anyone else: what expiry protects is a link
+    that leaked)."""
+    if owner is None:
+        return None
+    return await sync_to_async(_renew)(token, owner)
+
+
+async def deliver(
+    manager: SessionManager, call_id: str, elicit_id: str, answer: ElicitResult[Any]
+) -> bool:
+    """Hand a page's answer to the call here (``manager``'s) or on the worker holding its
+    lease; False if that worker does not have it now (it finds the answer on record when it
+    asks again)."""
+    holder = await CallLease().holder(call_id)
+    if holder is None or holder == WORKER_ID:  # no row: a call kept in memory, only here
+        session = manager.get(call_id)
+        if session is not None:
+            with contextlib.suppress(ElicitNotPending):
+                await session.respond_to_elicit(elicit_id, answer, by_page=True)
+                return True
+        return False
+    if not holder:
+        return False
+    return await deliver_page_answer(call_id, elicit_id, result_to_dict(answer), worker=holder)
