@@ -38,7 +38,8 @@ async def payment_link() -> str:
         None,
         "url",
     )
-    return f"/elicit/{await sync_to_async(_open)(request)}/"
+    token, _answer = await sync_to_async(_open)(request)
+    return f"/elicit/{token}/"
 
 
 async def test_a_debug_page_of_a_failed_payment_never_shows_the_card(

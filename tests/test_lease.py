@@ -227,7 +227,10 @@ async def test_a_page_answer_goes_to_the_holder_not_to_a_copy_that_lost_the_call
     await flush()
     # Another worker claimed the call meanwhile (this one's heartbeat looked stale).
     await sync_to_async(ToolSession.objects.filter(pk="asked").update)(worker=OTHER)
-    answered = await deliver(runtime.manager, "asked", str(copy.pending.id), Accept(Ok()))
+    holder = await lease.CallLease().holder("asked")  # as the page's answer was recorded
+    answered = await deliver(
+        runtime.manager, "asked", str(copy.pending.id), Accept(Ok()), holder=holder
+    )
     assert answered is False  # OTHER did not take it (it is simulated): on record only
     assert copy.pending is not None  # the stale copy was not handed the answer
     await copy.abort("test finished")

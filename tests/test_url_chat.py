@@ -18,6 +18,7 @@ from django.views.debug import ExceptionReporter
 
 from chatbridge.author.elicit import result_from_dict
 from chatbridge.chat.models import ElicitLink
+from chatbridge.records.lease import CallLease
 from chatbridge.records.url_links import deliver
 from chatbridge.records.writer import flush
 from chatbridge.runtime import current_runtime
@@ -205,7 +206,9 @@ async def test_a_decline_racing_a_payment_that_went_through_loses(chat: ChatClie
     await chat.answer(form, action="decline")
     await chat.next("elicit_response", action="decline")  # the form took it; the link did not
     manager = current_runtime().manager
-    await deliver(manager, form["call_id"], form["elicit_id"], result_from_dict(paid))
+    holder = await CallLease().holder(form["call_id"])
+    answer = result_from_dict(paid)
+    await deliver(manager, form["call_id"], form["elicit_id"], answer, holder=holder)
     result = (await chat.next("tool_call", status="completed"))["result"]
     assert result["booked"] is True and result["paid"] == {"last4": "4444"}
     closed = [e for e in chat.events if e["type"] == "elicit_complete"][-1]

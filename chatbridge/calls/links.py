@@ -25,7 +25,17 @@ if TYPE_CHECKING:
     from chatbridge.author.elicit import ElicitRequest
     from chatbridge.calls.manager import SessionManager
 
-__all__ = ["MemoryUrlLinks", "UrlLinks", "UrlPage", "UrlQuestion"]
+__all__ = ["MemoryUrlLinks", "OpenedLink", "UrlLinks", "UrlPage", "UrlQuestion"]
+
+
+@dataclass(frozen=True)
+class OpenedLink:
+    """A URL question's link, and what its page reported already (while no session held the
+    question: the server was restarting, or an earlier run of a replayed call), read in the
+    same visit to the record."""
+
+    url: str
+    answer: ElicitResult[Any] | None = None
 
 
 class UrlLinks(Protocol):
@@ -35,15 +45,15 @@ class UrlLinks(Protocol):
     ``SessionManager`` without one refuses URL questions.
     """
 
-    async def open(self, request: Any, meta: Mapping[str, str]) -> str:
-        """The absolute link of ``request`` (an ``ElicitRequest``); the same link each time
-        the same question is asked while it has not expired. ``meta`` is the session's
-        (``origin`` makes the link absolute)."""
+    async def open(self, request: Any, meta: Mapping[str, str]) -> OpenedLink:
+        """The absolute link of ``request`` (an ``ElicitRequest``), the same each time the
+        same question is asked while it has not expired, with what its page reported already.
+        ``meta`` is the session's (``origin`` makes the link absolute)."""
         ...
 
     async def answer(self, request: Any) -> ElicitResult[Any] | None:
-        """What the page reported for ``request`` while no session held the question (the
-        server was restarting), or ``None``."""
+        """What the page reported for ``request`` (read again after a ``close`` lost to the
+        page), or ``None``."""
         ...
 
     async def close(self, request: Any) -> bool:
@@ -104,12 +114,12 @@ class MemoryUrlLinks:
         self._by_id: dict[str, _Link] = {}
         self._by_token: dict[str, _Link] = {}
 
-    async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> str:
+    async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> OpenedLink:
         link = self._by_id.get(str(request.id))
         if link is None:
             link = _Link(secrets.token_urlsafe(24), request)
             self._by_id[str(request.id)] = self._by_token[link.token] = link
-        return f"{meta.get('origin') or self.origin}/elicit/{link.token}/"
+        return OpenedLink(f"{meta.get('origin') or self.origin}/elicit/{link.token}/", link.answer)
 
     async def answer(self, request: ElicitRequest) -> ElicitResult[Any] | None:
         link = self._by_id.get(str(request.id))

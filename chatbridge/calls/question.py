@@ -50,6 +50,7 @@ class Question:
         self.errors: FieldErrors = {}  # the last refusal's field errors, whoever refused it
         self.shown: Any = None  # what a host last showed for it (the chat's form)
         self.answer: ElicitResult[Any] | None = None
+        self.by_page = False  # answered on its URL page: the page's link is spent already
         self._future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._checked: object = None  # the content this question validated last
 

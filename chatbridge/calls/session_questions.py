@@ -153,12 +153,13 @@ class SessionQuestions:
             if not won or self._question is not question or not question.open:
                 raise ElicitNotPending(self.id, wanted, None)
         self._touch()
-        self._resolve(question, validated)
+        self._resolve(question, validated, by_page=by_page)
 
-    def _resolve(self, question: Question, result: ElicitResult[Any]) -> None:
+    def _resolve(self, question: Question, result: ElicitResult[Any], *, by_page: bool) -> None:
         """Close the question with ``result``; an answer that commits the call commits it now,
         before the tool resumes: from here an abort cannot undo it (see ``abort``)."""
         self._guard.observe(question.request.key, result)
+        question.by_page = by_page
         question.settle(result)
 
     async def _report_refusal(self, question: Question) -> None:
@@ -234,8 +235,9 @@ class SessionQuestions:
         finally:
             self._question = None
             question.shown = None
-            # Answered, expired or aborted (not parked, which cancels it): the link is spent.
-            if request.mode == "url" and question.ended:
+            # Answered here, expired or aborted (not parked, which cancels it): the link is
+            # spent. A page that answered spent it already.
+            if request.mode == "url" and question.ended and not question.by_page:
                 await self._close_link(question.request)
             self._set_status("running")
             if self._state.aborted is None and not self._parked:
@@ -247,11 +249,10 @@ class SessionQuestions:
         request = question.request
         if self._links is None:
             raise UrlQuestionsUnavailable(self.tool_name, request.key)
-        url = await self._links.open(request, self.meta)
-        question.request = dataclasses.replace(request, url=url)
-        answered = await self._links.answer(question.request)
-        if answered is not None and question.open:  # read back from the record: checked here
-            self._resolve(question, question.check(answered))
+        opened = await self._links.open(request, self.meta)
+        question.request = dataclasses.replace(request, url=opened.url)
+        if opened.answer is not None and question.open:  # read back from the record: checked
+            self._resolve(question, question.check(opened.answer), by_page=True)
 
     async def _page_answered(self) -> None:
         """Before an abort: close the open URL question's link, so its page can no longer
@@ -265,7 +266,7 @@ class SessionQuestions:
             return
         answered = await self._links.answer(request)
         if answered is not None and question.open and self._question is question:
-            self._resolve(question, question.check(answered))
+            self._resolve(question, question.check(answered), by_page=True)
 
     async def _close_link(self, request: ElicitRequest) -> None:
         """The question is over: its link stops working (best effort: it also expires)."""

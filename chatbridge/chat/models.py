@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from chatbridge.calls.outcome import Outcome
+from chatbridge.engine.conversation import as_llm_message
 
 
 class Conversation(models.Model):
@@ -108,18 +109,6 @@ class Message(models.Model):
 
     def as_llm_message(self) -> dict[str, Any]:
         return as_llm_message(self.role, self.content, self.tool_calls, self.tool_call_id)
-
-
-def as_llm_message(role: str, content: str, tool_calls: Any, tool_call_id: str) -> dict[str, Any]:
-    """A stored message as the model reads it."""
-    message: dict[str, Any] = {"role": role, "content": content or None}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    if tool_call_id:
-        message["tool_call_id"] = tool_call_id
-    if role != "assistant" and message["content"] is None:
-        message["content"] = ""
-    return message
 
 
 ACTIVE_STATUSES = ("running", "awaiting_elicit", "awaiting_sample")

@@ -367,7 +367,7 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
                 message=row.message,
                 context=row.context,
                 params=row.params,
-                complete=partial(links.complete, token, current_runtime().manager),
+                complete=partial(links.complete, row, current_runtime().manager),
             )
             try:
                 response = await page(request, question)

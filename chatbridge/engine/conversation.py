@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from chatbridge.author.exceptions import CommandRefused
 from chatbridge.author.plugins import FormPost
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.calls.storable import scrubbed
 from chatbridge.engine.protocol import (
     Abort,
     Approve,
@@ -35,6 +36,8 @@ __all__ = [
     "ResumableCall",
     "TurnLeases",
     "VisitorLimits",
+    "as_llm_message",
+    "read_back",
     "counted",
     "dangling_calls",
     "too_many_running",
@@ -288,3 +291,27 @@ def dangling_calls(messages: list[dict[str, Any]]) -> list[str]:
         for call in m.get("tool_calls") or ()
         if call.get("id") not in answered
     ]
+
+
+def as_llm_message(role: str, content: str, tool_calls: Any, tool_call_id: str) -> dict[str, Any]:
+    """A stored message as the model reads it (what ``ConversationStore.messages`` gives)."""
+    message: dict[str, Any] = {"role": role, "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    if tool_call_id:
+        message["tool_call_id"] = tool_call_id
+    if role != "assistant" and message["content"] is None:
+        message["content"] = ""
+    return message
+
+
+def read_back(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as appended to a store, as the store gives it back to the model (which
+    stores text with NUL characters replaced, ``chatbridge.calls.storable``)."""
+    message = scrubbed(message)
+    return as_llm_message(
+        str(message.get("role") or ""),
+        str(message.get("content") or ""),
+        message.get("tool_calls"),
+        str(message.get("tool_call_id") or ""),
+    )

@@ -26,6 +26,7 @@ from chatbridge.engine.conversation import (
     TurnLeases,
     counted,
     dangling_calls,
+    read_back,
 )
 from chatbridge.engine.protocol import (
     AssistantDelta,
@@ -214,12 +215,14 @@ class Turns:
                 )
             await self.set_phase(conv, "process_plugin_abort")
             await self.set_phase(conv, "process_plugin_responses")
-            await self._recover_lost(conv, {c.call_id: c.session_id for c in lost})
+            # Read once: this turn holds the conversation, so what it appends from here on is
+            # all that changes, and it keeps ``history`` with it.
+            history = await self.store.messages(conv.id)
+            await self._recover_lost(conv, {c.call_id: c.session_id for c in lost}, history)
             for _ in range(self.max_iterations):
                 await self.set_phase(conv, "start_iteration")
-                messages = await self.store.messages(conv.id)
                 await self.set_phase(conv, "streaming")
-                reply = await self._stream_reply(conv, messages)
+                reply = await self._stream_reply(conv, history)
                 if reply is None or not reply.tool_calls:
                     break
                 await self.set_phase(conv, "executing_tools")
@@ -228,7 +231,9 @@ class Turns:
                     *(self.runner.run(conv, call) for call in reply.tool_calls),
                     return_exceptions=True,
                 )
-                await self._append_results(conv, [c.id for c in reply.tool_calls], outcomes)
+                await self._append_results(
+                    conv, [c.id for c in reply.tool_calls], outcomes, history
+                )
         except ClaimLost as lost:  # another worker holds a call of this turn: it goes on there
             logger.info("turn of conversation %s stopped here: %s", conv.id, lost)
         except Exception:  # a bug in a turn must not take the conversation down
@@ -265,11 +270,24 @@ class Turns:
             except Exception:  # the database may be back before the lease expires
                 logger.exception("renewing the turn of conversation %s failed", conv.id)
 
+    async def _append(
+        self,
+        conv: LiveConversation,
+        message_id: str,
+        message: dict[str, Any],
+        history: list[dict[str, Any]] | None,
+    ) -> None:
+        """Append ``message`` to the conversation, and to the turn's ``history`` once read."""
+        await self.store.append(conv.id, message_id, message)
+        if history is not None:
+            history.append(read_back(message))
+
     async def _append_results(
         self,
         conv: LiveConversation,
         call_ids: Sequence[str],
         outcomes: Sequence[str | BaseException],
+        history: list[dict[str, Any]] | None = None,
     ) -> None:
         for outcome in outcomes:
             if isinstance(outcome, ClaimLost):  # a stale copy: record nothing, stop the turn
@@ -278,15 +296,18 @@ class Turns:
             if isinstance(outcome, BaseException):
                 logger.error("tool call %s failed", call_id, exc_info=outcome)
                 outcome = f"Error: The tool call failed inside the server: {outcome!r}"
-            await self.store.append(
-                conv.id,
+            await self._append(
+                conv,
                 uuid.uuid4().hex,
                 {"role": "tool", "tool_call_id": call_id, "content": outcome},
+                history,
             )
 
-    async def _recover_lost(self, conv: LiveConversation, sessions: dict[str, str]) -> None:
+    async def _recover_lost(
+        self, conv: LiveConversation, sessions: dict[str, str], history: list[dict[str, Any]]
+    ) -> None:
         """Answer every tool call left without a result by a lost session (DESIGN §2)."""
-        for call_id in dangling_calls(await self.store.messages(conv.id)):
+        for call_id in dangling_calls(history):
             if self.manager.get(call_id) is not None:
                 continue
             await self.sink(
@@ -298,18 +319,20 @@ class Turns:
                     message="The tool session was lost (for example in a restart).",
                 ),
             )
-            await self.store.append(
-                conv.id,
+            await self._append(
+                conv,
                 uuid.uuid4().hex,
                 {"role": "tool", "tool_call_id": call_id, "content": LOST_SESSION_MESSAGE},
+                history,
             )
 
     async def _stream_reply(
-        self, conv: LiveConversation, messages: list[dict[str, Any]]
+        self, conv: LiveConversation, history: list[dict[str, Any]]
     ) -> Completion | None:
-        """The model's reply, streamed to the sockets. A ``stop`` ends it where it is: the
-        text shown so far is the reply (on record, so the model later sees what the user
-        saw), and tool calls it was making are dropped."""
+        """The model's reply to ``history``, streamed to the sockets (and appended to it). A
+        ``stop`` ends it where it is: the text shown so far is the reply (on record, so the
+        model later sees what the user saw), and tool calls it was making are dropped."""
+        messages = list(history)
         message_id = uuid.uuid4().hex
         reply = Completion()
         tools = [p.tool.function_spec() for p in self.registry]
@@ -348,7 +371,7 @@ class Turns:
             message = reply.to_message()
             if stopped:  # for the page; a store gives the model only role and content
                 message["stopped"] = True
-            await self.store.append(conv.id, message_id, message)
+            await self._append(conv, message_id, message, history)
         if reply.text or stopped:
             await self.sink(
                 conv.id,

@@ -21,9 +21,8 @@ from chatbridge.chat.models import (
     Conversation,
     Message,
     ToolSession,
-    as_llm_message,
 )
-from chatbridge.engine.conversation import CommandRefused, ResumableCall
+from chatbridge.engine.conversation import CommandRefused, ResumableCall, as_llm_message
 from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records import lean_sql, lease, message_queue, turn_leases

@@ -41,12 +41,13 @@ from chatbridge.author.elicit import (
     validate_result,
 )
 from chatbridge.author.exceptions import ElicitNotPending, LinkUnusable
+from chatbridge.calls.links import OpenedLink
 from chatbridge.calls.manager import SessionManager
 from chatbridge.chat.models import ElicitLink, ToolSession
 from chatbridge.chat.registry import get_registry
 from chatbridge.chat.workers import deliver_page_answer
 from chatbridge.conf import setting
-from chatbridge.records.lease import WORKER_ID, CallLease
+from chatbridge.records.lease import WORKER_ID, holder
 from chatbridge.records.outage import db_call
 
 __all__ = ["DjangoUrlLinks", "complete", "find", "remember_origin", "renew", "token_hash"]
@@ -86,8 +87,9 @@ def _ttl() -> timedelta:
     return timedelta(seconds=float(setting("CHATBRIDGE_URL_LINK_TTL")))
 
 
-def _open(request: ElicitRequest) -> str:
-    """The question's token: the same while its link lives; a fresh one once it expired."""
+def _open(request: ElicitRequest) -> tuple[str, dict[str, Any] | None]:
+    """The question's token (the same while its link lives; a fresh one once it expired) and
+    what its page reported already."""
     elicit_id, now = str(request.id), timezone.now()
     with transaction.atomic():
         row = ElicitLink.objects.select_for_update().filter(elicit_id=elicit_id).first()
@@ -111,7 +113,7 @@ def _open(request: ElicitRequest) -> str:
                 params=request.params,
                 expires_at=now + _ttl(),
             )
-    return _token(elicit_id, row.nonce)
+    return _token(elicit_id, row.nonce), row.result
 
 
 def _answer(elicit_id: str) -> dict[str, Any] | None:
@@ -131,12 +133,13 @@ def _close(elicit_id: str) -> bool:
 class DjangoUrlLinks:
     """``UrlLinks`` in the database (see the module docstring)."""
 
-    async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> str:
+    async def open(self, request: ElicitRequest, meta: Mapping[str, str]) -> OpenedLink:
         try:
-            token = await db_call(_open, request)
+            token, answer = await db_call(_open, request)
         except IntegrityError:  # two workers opened the same question at once: take theirs
-            token = await db_call(_open, request)
-        return _base(meta) + reverse("chatbridge:elicit_link", args=[token])
+            token, answer = await db_call(_open, request)
+        url = _base(meta) + reverse("chatbridge:elicit_link", args=[token])
+        return OpenedLink(url, result_from_dict(answer) if answer is not None else None)
 
     # Not on the process's database thread: an abort asks these while an operator's request
     # may hold that thread waiting for the abort's reply (the admin on SQLite).
@@ -165,29 +168,37 @@ def find(token: str, *, visit: bool = False) -> ElicitLink:
     return row
 
 
-def _mark_completed(token: str, result: dict[str, Any], commits: bool) -> ElicitLink:
+def _mark_completed(row: ElicitLink, result: dict[str, Any], commits: bool) -> str | None:
     """Compare-and-set: exactly one caller completes a live link. An answer that commits its
     call (``.commits()``) marks the call committed in the same transaction: from then on no
-    abort ends it silently, on whichever worker it runs or is resumed."""
-    row = find(token)
+    abort ends it silently, on whichever worker it runs or is resumed. The worker holding the
+    call, read in the same transaction (``lease.holder``)."""
     with transaction.atomic():
         done = ElicitLink.objects.filter(
             pk=row.pk, completed_at=None, closed_at=None, expires_at__gt=timezone.now()
         ).update(completed_at=timezone.now(), result=result)
         if not done:
-            closed = ElicitLink.objects.filter(pk=row.pk, completed_at=None).exists()
-            raise LinkUnusable("closed" if closed else "used")
+            raise LinkUnusable(_why_not(row.pk))
         if commits:
             ToolSession.objects.filter(pk=row.call_id).update(committed=row.key)
-    return row
+        return holder(row.call_id)
+
+
+def _why_not(pk: int) -> str:
+    """Why the link ``pk``, found live, could not be completed after all."""
+    now = ElicitLink.objects.filter(pk=pk).values("completed_at", "closed_at", "expires_at")
+    state = now.first()
+    if state is None or state["completed_at"] is not None:
+        return "used"
+    return "closed" if state["closed_at"] is not None else "expired"
 
 
 async def complete(
-    token: str, manager: SessionManager, content: BaseModel | Mapping[str, Any]
+    row: ElicitLink, manager: SessionManager, content: BaseModel | Mapping[str, Any]
 ) -> None:
-    """A page is done: validate, mark the link used, deliver ``Accept(content)`` to the call
-    (held by ``manager`` or by another worker)."""
-    row = await sync_to_async(find)(token)
+    """A page is done with the link ``row`` (``find`` found it live when the page's request
+    came): validate, mark the link used, deliver ``Accept(content)`` to the call (held by
+    ``manager`` or by another worker)."""
     plugin = get_registry().get(row.tool_name)
     model = plugin.tool.elicits.get(row.key) if plugin is not None else None
     if model is None:
@@ -199,8 +210,8 @@ async def complete(
         context=row.context,
     )
     commits = row.key in plugin.tool.commitments if plugin is not None else False
-    await sync_to_async(_mark_completed)(token, result_to_dict(answer), commits)
-    await deliver(manager, row.call_id, row.elicit_id, answer)
+    held_by = await sync_to_async(_mark_completed)(row, result_to_dict(answer), commits)
+    await deliver(manager, row.call_id, row.elicit_id, answer, holder=held_by)
 
 
 def _renew(token: str, owner: str) -> str | None:
@@ -233,12 +244,17 @@ async def renew(token: str, owner: str | None) -> str | None:
 
 
 async def deliver(
-    manager: SessionManager, call_id: str, elicit_id: str, answer: ElicitResult[Any]
+    manager: SessionManager,
+    call_id: str,
+    elicit_id: str,
+    answer: ElicitResult[Any],
+    *,
+    holder: str | None,
 ) -> bool:
-    """Hand a page's answer to the call here (``manager``'s) or on the worker holding its
-    lease; False if that worker does not have it now (it finds the answer on record when it
-    asks again)."""
-    holder = await CallLease().holder(call_id)
+    """Hand a page's answer to the call here (``manager``'s) or on the worker ``holder``
+    (the call's lease, read as the answer was recorded: ``None`` for a call with no row);
+    False if that worker does not have it now (it finds the answer on record when it asks
+    again)."""
     if holder is None or holder == WORKER_ID:  # no row: a call kept in memory, only here
         session = manager.get(call_id)
         if session is not None:
