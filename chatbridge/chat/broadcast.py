@@ -21,7 +21,9 @@ import logging
 import uuid
 from typing import Any, Protocol
 
+from asgiref.sync import sync_to_async
 from channels.exceptions import ChannelFull
+from django.db import DatabaseError
 
 from chatbridge.chat.viewers import (
     ACK_WAIT,
@@ -34,10 +36,12 @@ from chatbridge.chat.viewers import (
     listening_on,
     peers,
     unacknowledged,
+    until_settled,
 )
 from chatbridge.chat.worker_messages import ChatEventCopy, Hidden, Showing
 from chatbridge.engine.protocol import ChatEvent
 from chatbridge.records.recorder import WORKER_ID
+from chatbridge.records.worker_liveness import beat, live_workers
 
 __all__ = [
     "LocalSocket",
@@ -163,8 +167,11 @@ async def announce(conversation_id: str) -> None:
     workers it knows of have taken it in. A failure is left to the listener, which says
     everything again once the layer is back."""
     layer = events_layer()
-    if layer is None or listening_on() is None:
-        return  # one process; or the listener says everything when it (re)joins
+    if layer is None:
+        return  # one process
+    await until_settled(ACK_WAIT)  # the workers alive know this one: they hear the word
+    if listening_on() is None:
+        return  # the listener says everything when it (re)joins
     token, taken_in = "", None
     async with _one_at_a_time():
         channel = listening_on()
@@ -185,19 +192,43 @@ async def announce(conversation_id: str) -> None:
             layer_failed(exc)
             return
     if taken_in is not None:
-        try:
-            await asyncio.wait_for(taken_in.wait(), ACK_WAIT)
-        except TimeoutError:
-            silent = sorted(unacknowledged(token))
-            logger.info("workers %s did not answer in %.0f s; taken for gone", silent, ACK_WAIT)
-        else:
-            unacknowledged(token)
+        await _taken_in(token, taken_in)
 
 
-async def announce_everything(*, ask_back: bool = False, to: str = "") -> None:
+async def _taken_in(token: str, taken_in: asyncio.Event) -> None:
+    """Wait (up to ``ACK_WAIT``) for the workers asked to acknowledge ``token``."""
+    try:
+        await asyncio.wait_for(taken_in.wait(), ACK_WAIT)
+    except TimeoutError:
+        silent = sorted(unacknowledged(token))
+        logger.info("workers %s did not answer in %.0f s; taken for gone", silent, ACK_WAIT)
+    else:
+        unacknowledged(token)
+
+
+async def join_round() -> None:
+    """The listener joined: say every conversation shown here, ask the others to say theirs,
+    and wait (up to ``ACK_WAIT``) for the workers alive (by their heartbeats) to have
+    answered, so this worker knows what they show before its sockets open and its turns send
+    events. Raises if the layer fails (the listener starts again)."""
+    if events_layer() is None or listening_on() is None:
+        return  # one process
+    others = await _alive() - {WORKER_ID}
+    token = uuid.uuid4().hex if others else ""
+    taken_in = awaiting_acks(token, others) if others else None
+    try:
+        await announce_everything(ask_back=True, ack=token)
+    except BaseException:
+        unacknowledged(token)
+        raise
+    if taken_in is not None:
+        await _taken_in(token, taken_in)
+
+
+async def announce_everything(*, ask_back: bool = False, to: str = "", ack: str = "") -> None:
     """Tell the other workers (or the one listening on ``to``) every conversation this one
-    shows; with ``ask_back``, ask them to say theirs. Raises if the layer fails (the listener
-    calls it, and starts again)."""
+    shows; with ``ask_back``, ask them to say theirs (and with ``ack``, to acknowledge once
+    they have). Raises if the layer fails (the listener calls it, and starts again)."""
     layer, channel = events_layer(), listening_on()
     if layer is None or channel is None:
         return
@@ -208,8 +239,20 @@ async def announce_everything(*, ask_back: bool = False, to: str = "") -> None:
             conversations=sorted(_sockets),
             everything=True,
             ask_back=ask_back,
+            ack=ack,
         )
         if to:
             await layer.send(to, word.model_dump(mode="json"))
         else:
             await layer.group_send(VIEWERS_GROUP, word.model_dump(mode="json"))
+
+
+async def _alive() -> set[str]:
+    """The workers alive by their heartbeats, this one's written first: a worker that
+    joins after this one reads it, and waits for its answer (``join_round``)."""
+    try:
+        await sync_to_async(beat)()
+        return set(await sync_to_async(live_workers)())
+    except DatabaseError as exc:  # then only what they say is known
+        logger.warning("the workers alive are not known: %s: %s", type(exc).__name__, exc)
+        return set()

@@ -29,6 +29,7 @@ events sent meanwhile may be lost, and a restarted Redis has forgotten the group
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -56,8 +57,11 @@ __all__ = [
     "listening",
     "listening_on",
     "peers",
+    "settled",
     "stopped",
     "unacknowledged",
+    "unsettled",
+    "until_settled",
 ]
 
 logger = logging.getLogger("chatbridge.chat")
@@ -93,6 +97,8 @@ _awaited: dict[str, tuple[set[str], asyncio.Event]] = {}
 # This worker's listener's channel while it listens, and what to call when the layer fails.
 _here: str | None = None
 _on_failure: Callable[[BaseException], None] | None = None
+# Set once the listener joined and heard the workers alive (``settled``); sockets wait for it.
+_settled: asyncio.Event | None = None
 
 
 def listening(channel: str | None, on_failure: Callable[[BaseException], None] | None) -> None:
@@ -104,9 +110,37 @@ def listening(channel: str | None, on_failure: Callable[[BaseException], None] |
 
 def stopped() -> None:
     """The listener stopped for good: it hears nothing now, and what it knew goes stale."""
+    global _settled
     listening(None, None)
     _elsewhere.clear()
     _peers.clear()
+    _settled = None
+
+
+def _settled_flag() -> asyncio.Event:
+    global _settled
+    if _settled is None:
+        _settled = asyncio.Event()
+    return _settled
+
+
+def unsettled() -> None:
+    """The listener is (re)joining: what the others show is not known yet."""
+    _settled_flag().clear()
+
+
+def settled() -> None:
+    """The listener joined and the workers alive heard of it answered (or were waited for):
+    a socket opening now is announced to all that matter."""
+    _settled_flag().set()
+
+
+async def until_settled(timeout: float) -> None:
+    """Wait (up to ``timeout``) until the listener has joined and heard the others."""
+    flag = _settled_flag()
+    if not flag.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(flag.wait(), timeout)
 
 
 def listening_on() -> str | None:

@@ -38,6 +38,7 @@ from chatbridge.chat.broadcast import (
     announce_everything,
     conversations_here,
     deliver_here,
+    join_round,
     publish,
 )
 from chatbridge.chat.worker_messages import (
@@ -179,6 +180,7 @@ class WorkerListener:
             failures.append(exc)
             failed.set()
 
+        viewers.unsettled()
         viewers.listening(heard_on, fail)
         self.joined.clear()
         try:
@@ -202,7 +204,8 @@ class WorkerListener:
                 await events.group_add(viewers.VIEWERS_GROUP, heard_on)
 
         await join()
-        await announce_everything(ask_back=True)
+        await join_round()
+        viewers.settled()
         self.joined.set()
         self._later(_show_again())
         loop = asyncio.get_running_loop()
@@ -359,12 +362,12 @@ class WorkerListener:
 async def _answer_showing(word: Showing) -> None:
     """Another worker said it shows conversations (taken in already): say that it was, and
     what this worker shows if it asked."""
+    if word.ask_back:  # first: the acknowledgement says this reached it too
+        await announce_everything(to=word.channel)
     if word.ack:
         layer = viewers.events_layer()
         taken = ShownAck(worker=WORKER_ID, token=word.ack)
         await layer.send(word.channel, taken.model_dump(mode="json"))
-    if word.ask_back:
-        await announce_everything(to=word.channel)
 
 
 class LayerFailedElsewhere(Exception):

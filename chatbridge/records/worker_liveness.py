@@ -12,7 +12,14 @@ from django.utils import timezone
 from chatbridge.chat.models import WorkerHeartbeat
 from chatbridge.records.recorder import WORKER_ID
 
-__all__ = ["HEARTBEAT_SECONDS", "HEARTBEAT_TTL", "beat", "forget_worker", "worker_alive"]
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "HEARTBEAT_TTL",
+    "beat",
+    "forget_worker",
+    "live_workers",
+    "worker_alive",
+]
 
 HEARTBEAT_SECONDS = 2.0  # how often a worker says it is alive
 HEARTBEAT_TTL = 10.0  # silent this long: the worker is gone and its calls may be taken over
@@ -52,3 +59,9 @@ def worker_alive(worker: str) -> bool:
         return False
     since = timezone.now() - timedelta(seconds=HEARTBEAT_TTL)
     return WorkerHeartbeat.objects.filter(worker=worker, beat_at__gte=since).exists()
+
+
+def live_workers() -> list[str]:
+    """The workers whose heartbeat is recent (this one included once it has beaten)."""
+    since = timezone.now() - timedelta(seconds=HEARTBEAT_TTL)
+    return list(WorkerHeartbeat.objects.filter(beat_at__gte=since).values_list("worker", flat=True))
