@@ -41,7 +41,7 @@ from chatbridge.engine.protocol import (
     parse_command,
 )
 from chatbridge.records.outage import DatabaseUnavailable, db_call
-from chatbridge.records.store import owner_key
+from chatbridge.records.store import on_record, owner_key
 from chatbridge.records.url_links import remember_origin
 from chatbridge.runtime import current_runtime
 
@@ -95,10 +95,6 @@ def _page_origin(scope: Scope) -> str:
     host = headers.get(b"host", b"").decode("latin-1")
     scheme = "https" if scope.get("scheme") == "wss" else "http"
     return f"{scheme}://{host}" if host else ""
-
-
-def _owns(conversation_id: str, owner: str) -> bool:
-    return Conversation.objects.filter(pk=conversation_id, owner=owner).exists()
 
 
 @sync_to_async
@@ -186,14 +182,14 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         session = self.scope.get("session")
         owner = owner_key(self.scope.get("user"), session.session_key if session else None)
         try:
-            owned = owner is not None and await db_call(_owns, self.conversation_id, owner)
+            seen = await db_call(on_record, self.conversation_id, owner) if owner else None
         except DatabaseUnavailable:  # the page connects again (its reconnect backs off)
             logger.warning(
                 "socket for conversation %s: the database is unavailable", self.conversation_id
             )
             await self.close(code=CLOSE_TRY_AGAIN)
             return
-        if not owned:
+        if seen is None:
             logger.warning(
                 "refused socket for conversation %s (owner %s)", self.conversation_id, owner
             )
@@ -215,7 +211,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             self._sender = asyncio.create_task(self._send_outbox(), name="chatbridge-socket-outbox")
             # Calls suspended in a process that is gone come back by replay (forms follow).
             try:
-                await hub.recover(self.conversation_id)
+                await hub.recover(self.conversation_id, seen)
             except DatabaseUnavailable as exc:  # the next socket or answer recovers them
                 logger.warning("conversation %s not recovered: %s", self.conversation_id, exc)
         except BaseException:  # a socket that failed to start leaves nothing behind

@@ -30,6 +30,7 @@ __all__ = [
     "ConversationStore",
     "EventSink",
     "LocalLeases",
+    "OnRecord",
     "Peers",
     "PendingApproval",
     "PendingElicit",
@@ -155,6 +156,18 @@ class Peers(Protocol):
         """Carry out a command on ``worker``: ``{"ok": True}``, ``{"ok": False, "code": ...,
         "message": ...}``, or None if it cannot be reached (or is this process)."""
         ...
+
+
+@dataclass(frozen=True)
+class OnRecord:
+    """What a socket opening on a conversation read of it in one visit to the record: whether
+    any of its calls is suspended (maybe by a process that is gone), the worker whose turn
+    lease on it is live ("" for none), and whether messages wait in its queue. Recovery asks
+    again only for what this says is there."""
+
+    calls_open: bool
+    turn_holder: str
+    queued: bool
 
 
 @dataclass(frozen=True)

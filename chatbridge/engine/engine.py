@@ -28,6 +28,7 @@ from chatbridge.engine.conversation import (
     EventSink,
     LiveConversation,
     LocalLeases,
+    OnRecord,
     Peers,
     ResumableCall,
     TurnLeases,
@@ -339,15 +340,18 @@ class ChatHub(HubControls):
             name=f"chatbridge-turn:{conv.id}",
         )
 
-    async def recover(self, conversation_id: str) -> bool:
+    async def recover(self, conversation_id: str, seen: OnRecord | None = None) -> bool:
         """A socket (re)connects: resume the conversation's suspended calls that no live worker
-        holds (by replay), or have the live worker running its turn show it again."""
+        holds (by replay), or have the live worker running its turn show it again. ``seen``:
+        what the socket read of the conversation as it opened (nothing is read again that
+        it says is not there)."""
         if self._closed:
             return False  # shutting down: the next process resumes them
         conv = self._conversation(conversation_id)
         try:
-            resumed = await self.recovery.recover(conv)
-            if not resumed:  # messages queued before a restart (or on another worker)
+            resumed = await self.recovery.recover(conv, seen)
+            # Messages queued before a restart (or on another worker).
+            if not resumed and (seen is None or seen.queued):
                 await self.next_queued(conv)
             return resumed
         finally:

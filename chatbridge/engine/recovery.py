@@ -20,6 +20,7 @@ from chatbridge.engine.conversation import (
     CommandRefused,
     ConversationStore,
     LiveConversation,
+    OnRecord,
     Peers,
     ResumableCall,
     TurnLeases,
@@ -71,14 +72,17 @@ class Recovery:
         peers = self.peers
         return bool(worker) and peers is not None and await peers.alive(worker)
 
-    async def recover(self, conv: LiveConversation) -> bool:
+    async def recover(self, conv: LiveConversation, seen: OnRecord | None = None) -> bool:
         """Resume the conversation's orphaned calls here, or have the live worker running its
-        turn show it again; True if a resuming turn started here."""
-        if await self.resume_orphans(conv):
+        turn show it again; True if a resuming turn started here. ``seen``: what a socket
+        read of the conversation as it opened."""
+        if (seen is None or seen.calls_open) and await self.resume_orphans(conv):
             return True
         peers = self.peers
         if not conv.busy and peers is not None:
-            holder = await self.leases.turn_holder(conv.id)
+            holder = (
+                seen.turn_holder if seen is not None else await self.leases.turn_holder(conv.id)
+            )
             if holder and await self.alive(holder):
                 await peers.show(holder, conv.id)
         return False

@@ -13,6 +13,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from chatbridge.calls.commitment import abort_requested
@@ -20,9 +21,15 @@ from chatbridge.chat.models import (
     ACTIVE_STATUSES,
     Conversation,
     Message,
+    QueueEntry,
     ToolSession,
 )
-from chatbridge.engine.conversation import CommandRefused, ResumableCall, as_llm_message
+from chatbridge.engine.conversation import (
+    CommandRefused,
+    OnRecord,
+    ResumableCall,
+    as_llm_message,
+)
 from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records import lean_sql, lease, message_queue, turn_leases
@@ -44,6 +51,7 @@ __all__ = [
     "DjangoStore",
     "beat",
     "forget_worker",
+    "on_record",
     "owner_key",
     "worker_alive",
 ]
@@ -144,6 +152,27 @@ def _resumable(conversation_id: str) -> list[ResumableCall]:
             conversation_id=conversation_id, status__in=ACTIVE_STATUSES
         ).order_by("created_at")
     ]
+
+
+def on_record(conversation_id: str, owner: str) -> OnRecord | None:
+    """The conversation as a socket opening on it needs it, in one statement; None unless
+    ``owner`` owns it."""
+    found = (
+        Conversation.objects.filter(pk=conversation_id, owner=owner)
+        .annotate(
+            calls_open=Exists(
+                ToolSession.objects.filter(conversation=OuterRef("pk"), status__in=ACTIVE_STATUSES)
+            ),
+            waiting=Exists(QueueEntry.objects.filter(conversation=OuterRef("pk"))),
+        )
+        .values_list("calls_open", "turn_worker", "turn_expires", "waiting")
+        .first()
+    )
+    if found is None:
+        return None
+    calls_open, worker, expires, waiting = found
+    live = expires is not None and expires >= timezone.now()
+    return OnRecord(bool(calls_open), (worker or "") if live else "", bool(waiting))
 
 
 FULL_MEMO = 1.0  # seconds a full queue's refusal is repeated without asking the database
