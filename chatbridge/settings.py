@@ -54,6 +54,8 @@ CSRF_TRUSTED_ORIGINS = env_list(_env, "DJANGO_CSRF_TRUSTED_ORIGINS")
 # Served over HTTPS only: secure cookies, HTTP redirected, HSTS.
 HTTPS = env_flag(_env, "DJANGO_HTTPS", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+# Django's database sessions, a new one written once (one INSERT, not a read and two writes).
+SESSION_ENGINE = "chatbridge.chat.session_store"
 SECURE_SSL_REDIRECT = HTTPS and env_flag(_env, "DJANGO_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env_int(_env, "DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag(_env, "DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
