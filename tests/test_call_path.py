@@ -249,7 +249,8 @@ async def test_one_seat_answer_runs_the_expected_modules() -> None:
         assert seat is not None and f'name="seat_label" value="{seat}"' in seats
         await flush()  # nothing of the flight's answer is left to write when recording starts
 
-        path = CallPath(ToolContext.elicit.__code__, asyncio.get_running_loop())
+        # ``ctx.elicit`` hands back ``_ask``'s coroutine: that is what returns the answer.
+        path = CallPath(ToolContext._ask.__code__, asyncio.get_running_loop())
         await sync_to_async(sys.setprofile)(path.hook)  # the database thread (SQLite's writes)
         try:
             with _profiled(path.hook):

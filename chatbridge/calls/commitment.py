@@ -16,7 +16,7 @@ the terminal event says of it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -141,8 +141,8 @@ def abort_decision_text(decision: AbortDecision, label: str) -> str:
 class CommitmentGuard:
     """One call's commitment: which answer committed it, and an abort asked for since."""
 
-    def __init__(self, declared: dict[str, Commitment]) -> None:
-        self.declared = declared
+    def __init__(self, declared: Mapping[str, Commitment]) -> None:
+        self.declared = declared  # the tool's own (read only here): not copied per call
         self.commitment: Commitment | None = None
         self.answer: BaseModel | None = None
         self.abort: tuple[str, str | None] | None = None  # (reason, by) asked after commitment

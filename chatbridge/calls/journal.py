@@ -139,7 +139,10 @@ class Journal:
         for entry in parsed:
             if entry.pos is not None:
                 self._add(entry, seqs)
-        self._unconsumed = set(self._entries)
+        # A new call's journal is empty: the shared empty frozenset, not a set of its own.
+        self._unconsumed: set[tuple[str, int]] | frozenset[tuple[str, int]] = (
+            set(self._entries) if self._entries else frozenset()
+        )
         self._last_seq = max(seqs, default=0)
 
     def _add(self, entry: JournalEntry, seqs: set[int]) -> None:
@@ -180,7 +183,8 @@ class Journal:
                 f"{entry.describe()} (request digest {entry.digest[:12]})",
                 f"{kind} {key!r} with {_DIGESTED[kind]} (request digest {digest[:12]})",
             )
-        self._unconsumed.discard((scope, pos))
+        if isinstance(self._unconsumed, set):
+            self._unconsumed.discard((scope, pos))
         return entry
 
     def add(self, entry: JournalEntry) -> None:

@@ -118,7 +118,7 @@ class PluginSession(SessionQuestions, SessionStops):
         self._state = CallState(tool, call_id, params.model_dump(mode="json"), self, self._journal)
         # Which answer committed the call, and a request to stop made since (one restored
         # from the record applies once the replay reaches the commitment again).
-        self._guard = CommitmentGuard(dict(tool.commitments))
+        self._guard = CommitmentGuard(tool.commitments)
         self._guard.abort = abort_requested
         self._state.on_answer = self._guard.observe
         self._status: SessionStatus = "running"
