@@ -187,7 +187,7 @@ def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ElicitId:
     """Structured id of one elicitation: which tool, which key, which call, which question."""
 
@@ -215,7 +215,7 @@ class ElicitId:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ElicitSchema:
     """The response model of a key and its JSON Schema (with ``x-model-context``)."""
 
@@ -223,7 +223,7 @@ class ElicitSchema:
     json: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ElicitRequest(Generic[A]):
     """One question a tool asks: what to show, which shape the answer has (``A``, the answer
     model, for handlers registered with a typed key: ``ElicitRequest[PickSeat]``).

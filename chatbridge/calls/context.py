@@ -54,6 +54,19 @@ M = TypeVar("M", bound=BaseModel)
 class CallState:
     """State of one tool call shared by its root context and every branch context."""
 
+    # One per suspended call: slots, not a dict (bench/memory.py).
+    __slots__ = (
+        "aborted",
+        "call_id",
+        "elicit_seq",
+        "host",
+        "journal",
+        "on_answer",
+        "params",
+        "stopped",
+        "tool",
+    )
+
     def __init__(
         self,
         tool: McpTool[Any, Any],

@@ -127,6 +127,8 @@ class Journal:
     was recorded at the root and is not found in its branch, so it runs again.
     """
 
+    __slots__ = ("_entries", "_last_seq", "_tool", "_unconsumed")  # one per call: no dict
+
     def __init__(self, tool: str, entries: Iterable[JournalEntry | Mapping[str, Any]] = ()):
         self._tool = tool
         self._entries: dict[tuple[str, int], JournalEntry] = {}

@@ -42,6 +42,19 @@ class Question:
     """An open question (see the module docstring); ``attempts`` starts from the refusals on
     record when a resumed call asks it again."""
 
+    __slots__ = (  # one per open question: no dict
+        "_checked",
+        "_future",
+        "answer",
+        "attempts",
+        "by_page",
+        "error",
+        "errors",
+        "refusals",
+        "request",
+        "shown",
+    )
+
     def __init__(self, request: ElicitRequest, *, attempts: int = 0) -> None:
         self.request = request
         self.attempts = attempts  # refused answers, counted here and nowhere else
@@ -117,9 +130,10 @@ class Question:
         if not self._future.done():
             self._future.set_exception(exc)
 
-    async def wait(self) -> ElicitResult[Any]:
-        """The answer, once there is one (what ``ctx.elicit`` returns)."""
-        return await self._future
+    def wait(self) -> asyncio.Future[ElicitResult[Any]]:
+        """Await it for the answer, once there is one (what ``ctx.elicit`` returns). The
+        future itself, not a coroutine awaiting it: a waiting call keeps one frame less."""
+        return self._future
 
     async def closed(self) -> None:
         """Wait until the question is no longer open (answered, expired, failed)."""
