@@ -165,11 +165,11 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
 
     await box.fill("Pick a tint")
     await box.press("Enter")
-    await (
-        page.frame_locator("iframe.guest-frame")
-        .get_by_role("button", name="Decline")
-        .click(timeout=15000)
-    )
+    # This guest's buttons are there before its script listens to them: wait until it has
+    # the question (its ready handshake done), as a person would see it before clicking.
+    guest = page.frame_locator("iframe.guest-frame")
+    await expect(guest.locator("#message")).to_have_text("Which tint?", timeout=15000)
+    await guest.get_by_role("button", name="Decline").click()
     second = page.locator(".tool-card", has_text="pick_tint").last
     # Its outcome: the tool returned after its question was declined.
     await expect(second.locator(".status")).to_have_text("Declined", timeout=15000)
