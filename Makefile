@@ -73,9 +73,9 @@ $(CLIENTS_STAMP): $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
 
 npm-clients: $(CLIENTS_STAMP)
 
-# Most tests wait on servers, browsers and clients: four workers (pytest-xdist) share the two
+# Most tests wait on servers, browsers and clients: three workers (pytest-xdist) share the two
 # cores; each gets its own test database, servers and ports. PYTEST_WORKERS=0 runs them in one.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 pytest: setup browser npm-clients
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
