@@ -101,10 +101,10 @@ race: setup
 
 # The benchmarks of bench/ (every goal of bench/RESULTS.md, measured side by side; they append
 # their results there). bench-quick runs smaller sizes in under two minutes.
-bench: setup
+bench: setup static
 	$(BIN)/python bench/run_all.py
 
-bench-quick: setup
+bench-quick: setup static
 	$(BIN)/python bench/run_all.py --quick
 
 clean:

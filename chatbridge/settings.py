@@ -251,5 +251,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # Not propagated: servers (daphne) give the root logger a handler too, which printed
     # every line twice.
-    "loggers": {"chatbridge": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    # Django prints a failed request's traceback only with DEBUG on: a server error is logged.
+    "loggers": {
+        "chatbridge": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }

@@ -35,7 +35,9 @@ class MemoryStore:
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
         return [dict(m) for m in self.messages_by_conv[conversation_id]]
 
-    async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+    async def append(
+        self, conversation_id: str, message_id: str, message: dict[str, Any], *, wait: bool = True
+    ) -> None:
         self.messages_by_conv[conversation_id].append(message)
 
     async def save_phase(self, conversation_id: str, phase: Any) -> None:

@@ -23,6 +23,11 @@ def test_a_new_visitor_costs_one_insert_and_keeps_their_chat(client: Client) -> 
         home = client.get("/")
     assert home.status_code == 302
     assert session_statements(first) == ["INSERT"]  # no key-exists read, no second write
+    # Their first chat is written with it, in one transaction, and nothing is read: a visitor
+    # who has no session yet has no chat and has started none this hour.
+    statements = [q["sql"].split()[0] for q in first.captured_queries]
+    kept = [s for s in statements if s not in ("SAVEPOINT", "RELEASE")]
+    assert kept == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
     cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
     # The browser comes back with its cookie: the same session, so the same chat.
     with CaptureQueriesContext(connection) as again:

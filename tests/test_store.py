@@ -102,6 +102,34 @@ async def test_messages_sent_while_a_turn_runs_wait_in_order_on_record() -> None
     assert [r async for r in rows] == [("q2", "second", "", "session:store")]
 
 
+async def test_a_turn_hands_its_messages_over_without_waiting_and_its_release_records_them() -> (
+    None
+):
+    """Messages appended without waiting are read back in order by the turn (its read carries
+    them); the release carries the last ones, records the phase done (a phase queued before
+    it is not written after it) and says whether messages wait in the queue."""
+    store, chat = DjangoStore(), await new_conversation()
+    assert await store.take_turn(chat)
+    await store.append(chat, "m1", {"role": "user", "content": "hi"}, wait=False)
+    assert [m["content"] for m in await store.messages(chat)] == ["hi"]
+    await store.save_phase(chat, "streaming")
+    await store.append(chat, "m2", {"role": "assistant", "content": "hello"}, wait=False)
+    assert not await Message.objects.filter(id="m2").aexists()  # not yet: nothing waited
+    assert await store.release_turn(chat) is False  # nothing queued
+    assert [m.content async for m in Message.objects.filter(conversation_id=chat)] == [
+        "hi",
+        "hello",
+    ]
+    await store.save_phase(chat, "done")
+    await flush()
+    row = await Conversation.objects.aget(pk=chat)
+    assert (row.phase, row.turn_worker, row.turn_expires) == ("done", "", None)
+
+    assert await store.take_turn(chat)
+    await store.enqueue(chat, QueuedMessage("q1", "later"))
+    assert await store.release_turn(chat) is True
+
+
 async def test_only_the_latest_phase_of_a_burst_is_written_to_the_chat_and_its_live_calls() -> None:
     store, chat = DjangoStore(), await new_conversation()
     await ToolSession.objects.acreate(id="live", conversation_id=chat, tool_name="t")

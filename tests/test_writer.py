@@ -91,6 +91,50 @@ async def test_background_writes_queued_together_commit_together(writer: Writer)
     assert events == [("ran", n) for n in range(20)] + [("committed", n) for n in range(20)]
 
 
+async def test_ordered_writes_wait_for_the_next_awaited_write_and_commit_in_its_group() -> None:
+    """``write_soon`` lingers (a long linger here: however slow the machine, it is not due yet)
+    and the next ``now`` carries it, in order, ahead of background writes queued before it,
+    in one commit; the ``now`` hands back what its function returned."""
+    writer = Writer(linger=60.0)
+    await writer.start()
+    try:
+        events: list[str] = []
+
+        def job(name: str) -> str:
+            events.append(name)
+            transaction.on_commit(lambda: events.append(f"{name} committed"))
+            return name.upper()
+
+        writer.later(job, "background")
+        first = writer.soon(job, "soon 1")
+        second = writer.soon(job, "soon 2")
+        await asyncio.sleep(0)  # the writer's turn: nothing is due, nothing runs
+        assert events == [] and not first.done()
+        assert await writer.now(job, "now") == "NOW"
+        assert events == [
+            *("soon 1", "soon 2", "now", "background"),
+            *("soon 1 committed", "soon 2 committed", "now committed", "background committed"),
+        ]
+        assert (first.result(), second.result()) == ("SOON 1", "SOON 2")
+    finally:
+        await writer.aclose()
+
+
+async def test_an_ordered_write_goes_on_its_own_once_its_linger_is_over(
+    writer: Writer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing awaited follows: it is written anyway; a failure reaches its future and the log."""
+    assert await writer.soon(titled, "alone") is None
+    assert await titles() == ["alone"]
+    failed = writer.soon(raises)
+    with (
+        caplog.at_level(logging.ERROR, logger="chatbridge.writer"),
+        pytest.raises(ValueError, match="this write fails"),
+    ):
+        await failed
+    assert "ordered write failed" in caplog.text
+
+
 async def test_writes_run_off_the_event_loop_on_the_thread_the_database_wants(
     writer: Writer,
 ) -> None:

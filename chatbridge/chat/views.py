@@ -9,6 +9,7 @@ from functools import partial
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import (
     Http404,
@@ -101,14 +102,23 @@ def _too_many_chats(request: HttpRequest, owner: str) -> HttpResponse | None:
 
 @require_safe
 def home(request: HttpRequest) -> HttpResponse:
-    """The latest conversation of this browser, or a new one."""
+    """The latest conversation of this browser, or a new one. A new visitor (no session yet)
+    has none, and has started none this hour: their session and first chat are written in one
+    transaction, and nothing is read."""
+    cap = setting("CHATBRIDGE_CONVERSATIONS_PER_HOUR")
+    new = not request.user.is_authenticated and not request.session.session_key
+    if new and (cap is None or cap > 0):
+        with transaction.atomic():
+            request.session.save()
+            first = Conversation.objects.create(owner=request_owner(request))
+        return redirect("chatbridge:conversation", conversation_id=first.id)
     owner = request_owner(request)
-    conversation = Conversation.objects.filter(owner=owner).first()
-    if conversation is None:
+    latest = Conversation.objects.filter(owner=owner).first()
+    if latest is None:
         if (refused := _too_many_chats(request, owner)) is not None:
             return refused
-        conversation = Conversation.objects.create(owner=owner)
-    return redirect("chatbridge:conversation", conversation_id=conversation.id)
+        latest = Conversation.objects.create(owner=owner)
+    return redirect("chatbridge:conversation", conversation_id=latest.id)
 
 
 def _has_messages() -> Exists:

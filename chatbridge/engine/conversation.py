@@ -54,8 +54,13 @@ class ConversationStore(Protocol):
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]: ...
 
     async def append(
-        self, conversation_id: str, message_id: str, message: dict[str, Any]
-    ) -> None: ...
+        self, conversation_id: str, message_id: str, message: dict[str, Any], *, wait: bool = True
+    ) -> None:
+        """Put ``message`` on record, after every message appended before it. With ``wait``
+        False the store may write it later, but before anything it writes or reads after it
+        (the next waited append, ``messages``, the turn's release): a turn hands over its
+        replies this way, and the write that must wait carries them in its commit."""
+        ...
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None: ...
 
@@ -81,8 +86,10 @@ class TurnLeases(Protocol):
         """Push the expiry on; False if the lease is no longer ours."""
         ...
 
-    async def release_turn(self, conversation_id: str) -> None:
-        """Give the lease up (only if it is ours)."""
+    async def release_turn(self, conversation_id: str) -> bool:
+        """Give the lease up (only if it is ours); the turn is over (its phase ``done``).
+        Whether messages may be waiting in the conversation's queue (False only when the
+        leases know that none are)."""
         ...
 
     async def turn_holder(self, conversation_id: str) -> str:
@@ -126,8 +133,8 @@ class LocalLeases:
     async def renew_turn(self, conversation_id: str) -> bool:
         return True
 
-    async def release_turn(self, conversation_id: str) -> None:
-        return None
+    async def release_turn(self, conversation_id: str) -> bool:
+        return True  # the queue is not the leases' to know
 
     async def turn_holder(self, conversation_id: str) -> str:
         return ""

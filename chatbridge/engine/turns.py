@@ -200,11 +200,17 @@ class Turns:
                         *(self.runner.resume(conv, c) for c in resume), return_exceptions=True
                     ),
                 )
+            message_id = queued.id if queued else uuid.uuid4().hex
             if text is not None:
-                message_id = queued.id if queued else uuid.uuid4().hex
-                await self.store.append(conv.id, message_id, {"role": "user", "content": text})
+                user = {"role": "user", "content": text}
+                await self.store.append(conv.id, message_id, user, wait=False)
                 if queued is not None:  # in the conversation now (kept until then)
                     await self.queue.dequeue(conv.id, queued.id)
+            # Read once (after the user's message, which this read puts on record with it):
+            # this turn holds the conversation, so what it appends from here on is all that
+            # changes, and it keeps ``history`` with it.
+            history = await self.store.messages(conv.id)
+            if text is not None:
                 await self.sink(
                     conv.id,
                     UserMessage(
@@ -215,9 +221,6 @@ class Turns:
                 )
             await self.set_phase(conv, "process_plugin_abort")
             await self.set_phase(conv, "process_plugin_responses")
-            # Read once: this turn holds the conversation, so what it appends from here on is
-            # all that changes, and it keeps ``history`` with it.
-            history = await self.store.messages(conv.id)
             await self._recover_lost(conv, {c.call_id: c.session_id for c in lost}, history)
             for _ in range(self.max_iterations):
                 await self.set_phase(conv, "start_iteration")
@@ -244,9 +247,11 @@ class Turns:
         finally:
             renewer.cancel()
             # Released while this turn still counts as running here: a message arriving now
-            # sees BUSY rather than taking a lease that this release would then clear.
+            # sees BUSY rather than taking a lease that this release would then clear. The
+            # release carries the turn's last messages (appended without waiting) to the record.
+            waiting = True
             try:
-                await self.leases.release_turn(conv.id)
+                waiting = await self.leases.release_turn(conv.id)
             except Exception:  # it expires on its own
                 logger.exception("releasing the turn of conversation %s failed", conv.id)
             conv.turn = None
@@ -255,7 +260,8 @@ class Turns:
         with contextlib.suppress(Exception):
             await self.set_phase(conv, "done")
         try:  # a message queued during this turn starts the next one
-            await self.next_queued(conv)
+            if waiting:
+                await self.next_queued(conv)
         except Exception:
             logger.exception("starting the queued message of conversation %s failed", conv.id)
         self.forget(conv)  # nothing runs or waits: nothing to remember
@@ -277,8 +283,10 @@ class Turns:
         message: dict[str, Any],
         history: list[dict[str, Any]] | None,
     ) -> None:
-        """Append ``message`` to the conversation, and to the turn's ``history`` once read."""
-        await self.store.append(conv.id, message_id, message)
+        """Append ``message`` to the conversation, and to the turn's ``history`` once read.
+        Not waited for: the next write that waits (a call's row and question, the turn's
+        release) carries it to the record, in order."""
+        await self.store.append(conv.id, message_id, message, wait=False)
         if history is not None:
             history.append(read_back(message))
 

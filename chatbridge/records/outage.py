@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -27,11 +27,19 @@ from django.db import InterfaceError, OperationalError, connections
 
 from chatbridge.conf import setting
 
-__all__ = ["RETRY_AFTER", "DatabaseUnavailable", "db_call", "is_outage", "retry_seconds"]
+__all__ = [
+    "RETRY_AFTER",
+    "DatabaseUnavailable",
+    "db_call",
+    "is_outage",
+    "outlasted",
+    "retry_seconds",
+]
 
 logger = logging.getLogger("chatbridge.db")
 
 T = TypeVar("T")
+J = TypeVar("J")
 
 RETRY_AFTER = 5  # seconds a client is told to wait (HTTP Retry-After) before trying again
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
@@ -114,3 +122,29 @@ async def db_call(fn: Callable[..., T], *args: Any, thread_sensitive: bool = Tru
 
 def _name(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__qualname__", fn))
+
+
+def outlasted(
+    group: Sequence[J],
+    outcomes: Sequence[BaseException | None],
+    awaited: int,
+    now: float,
+    failing_since: dict[int, float],
+) -> tuple[list[J], list[J], list[tuple[J, DatabaseUnavailable]]]:
+    """The writer's ``group`` failed because the database is away (nothing of it is on
+    record, or all of it is: it runs again whole). Its writes that have not waited
+    ``retry_seconds()`` yet, ordered ones (its first ``awaited``) and background ones, in
+    order, to go back to the head of their lanes; and the others, with their errors.
+    ``failing_since`` keeps when each write (by id) first failed."""
+    patience = retry_seconds()
+    keep: tuple[list[J], list[J]] = ([], [])
+    failed: list[tuple[J, DatabaseUnavailable]] = []
+    for n, (job, outcome) in enumerate(zip(group, outcomes, strict=True)):
+        if now - failing_since.setdefault(id(job), now) < patience:
+            keep[n >= awaited].append(job)
+        else:
+            failing_since.pop(id(job), None)
+            gone = DatabaseUnavailable(str(outcome or "the database is unavailable"))
+            gone.__cause__ = outcome
+            failed.append((job, gone))
+    return keep[0], keep[1], failed

@@ -11,6 +11,7 @@ if no other worker holds it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -26,12 +27,17 @@ from chatbridge.calls.sessions import PluginSession
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records import lean_sql, lease
 from chatbridge.records.lease import WORKER_ID
-from chatbridge.records.outage import db_call
-from chatbridge.records.writer import undo_on_retry, write_later, write_now
+from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
 __all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]
 
 logger = logging.getLogger("chatbridge.lease")
+
+# A write fenced by the call's lease that succeeded this recently (seconds) proves the call
+# held, and a step's check before its side effect is not made again. Another worker takes a
+# call over only once this worker's heartbeat has been silent for ``HEARTBEAT_TTL`` (10 s),
+# and a check read just before the side effect leaves the same kind of window open.
+HELD_FRESH = 0.5
 
 
 def _pending_fields(session: PluginSession) -> dict[str, Any]:
@@ -241,13 +247,25 @@ def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
         logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
 
 
+def _chat(session: PluginSession) -> bool:
+    """A call of the chat: its turn goes on to a write that waits (the tool's next question,
+    its result message, the turn's release), which carries what the call queued before it."""
+    return session.meta.get("transport", "chat") == "chat"
+
+
 class DjangoRecorder:
     """``JournalStore`` and ``SessionObserver`` on the ORM, through the ordered writer.
 
-    Status changes, requests and refused answers are queued; the session row and each journal
-    entry are waited for (the entry exists before the tool acts on the answer). A failed
+    Status changes, requests and refused answers are queued; each journal entry is waited
+    for (the entry exists before the tool acts on the answer), and so is a question (on
+    record before it is shown). A call's row is waited for too, except in the chat, where it
+    joins the writer's ordered lane and the call's first write that waits carries it. A failed
     journal write raises to the session, which stops the call.
     """
+
+    def __init__(self) -> None:
+        # Call id → loop time of its last write fenced by its lease (``HELD_FRESH``).
+        self._held_at: dict[str, float] = {}
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         commitment = session.commitment
@@ -257,12 +275,20 @@ class DjangoRecorder:
             and entry.result.get("action") == "accept"
         )
         await write_now(_append, session.id, entry, timezone.now(), commits)
+        self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def check_held(self, session: PluginSession) -> None:
-        await db_call(lease.check, session.id)
+        now = asyncio.get_running_loop().time()
+        if now - self._held_at.get(session.id, -HELD_FRESH) < HELD_FRESH:
+            return  # held a moment ago (an answer's write, fenced, just before this step)
+        await write_now(lease.check, session.id)  # in order: after the call's row
+        self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def session_started(self, session: PluginSession) -> None:
-        await write_now(_started, session)
+        if _chat(session):
+            write_soon(_started, session)
+        else:
+            await write_now(_started, session)
 
     async def status_changed(self, session: PluginSession) -> None:
         # A snapshot now: the session moves on before a queued write runs. A question is on
@@ -316,4 +342,9 @@ class DjangoRecorder:
         write_later(_abort_deferred, session.id, commitment)
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
-        await write_now(_ended_fields, session.id, _ended_snapshot(session, event))
+        self._held_at.pop(session.id, None)
+        fields = _ended_snapshot(session, event)
+        if _chat(session):  # its result message follows: the turn's next waited write
+            write_soon(_ended_fields, session.id, fields)
+        else:
+            await write_now(_ended_fields, session.id, fields)

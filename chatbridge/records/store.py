@@ -42,7 +42,7 @@ from chatbridge.records.worker_liveness import (
     forget_worker,
     worker_alive,
 )
-from chatbridge.records.writer import undo_on_retry, write_later, write_now
+from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -188,12 +188,21 @@ class DjangoStore:
         self._full: dict[str, tuple[float, CommandRefused]] = {}
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
-        return await db_call(_messages, conversation_id)
+        # Through the writer: it sees the appends queued before it (and carries them).
+        messages: list[dict[str, Any]] = await write_now(_messages, conversation_id)
+        return messages
 
-    async def append(self, conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
-        await write_now(_append, conversation_id, message_id, message)
+    async def append(
+        self, conversation_id: str, message_id: str, message: dict[str, Any], *, wait: bool = True
+    ) -> None:
+        if wait:
+            await write_now(_append, conversation_id, message_id, message)
+        else:  # the writer's ordered lane: the next write or read that waits carries it
+            write_soon(_append, conversation_id, message_id, message)
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
+        if phase == "done":  # ``release_turn`` writes it, in the statement that ends the turn
+            return
         if _note_phase(conversation_id, phase):  # for the admin; off the hot path, coalesced
             write_later(_save_latest_phase, conversation_id)
 
@@ -206,7 +215,8 @@ class DjangoStore:
     # -- MessageQueue: messages waiting for the running turn, durable -----------------------
 
     async def queued(self, conversation_id: str) -> list[QueuedMessage]:
-        return await db_call(message_queue.queued, conversation_id)
+        queued: list[QueuedMessage] = await write_now(message_queue.queued, conversation_id)
+        return queued
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
         now = time.monotonic()
@@ -215,6 +225,8 @@ class DjangoStore:
             raise memo[1]
         try:
             refused = await sync_to_async(message_queue.queue_full_refusal)(conversation_id)
+            if refused is not None:  # read outside the writer: a dequeue queued in it counts
+                refused = await write_now(message_queue.queue_full_refusal, conversation_id)
             if refused is None:
                 await write_now(message_queue.enqueue, conversation_id, message)
         except CommandRefused as lost_race:  # counted again under the lock: full after all
@@ -227,23 +239,28 @@ class DjangoStore:
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
         self._full.clear()
-        await write_now(message_queue.dequeue, conversation_id, message_id)
+        # In order after the message's append, carried by the turn's read of the history.
+        write_soon(message_queue.dequeue, conversation_id, message_id)
 
     # -- TurnLeases: one running turn per conversation across workers ----------------------
+    # Taken and released through the writer: in order with the turn's writes (a release
+    # queued behind its reply is done before the next take here is tried).
 
     async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return await db_call(turn_leases.take_turn, conversation_id, replacing)
+        return bool(await write_now(turn_leases.take_turn, conversation_id, replacing))
 
     # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
 
     async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return await sync_to_async(turn_leases.take_new_turn)(conversation_id, replacing)
+        return bool(await write_now(turn_leases.take_new_turn, conversation_id, replacing))
 
     async def renew_turn(self, conversation_id: str) -> bool:
         return await db_call(turn_leases.renew_turn, conversation_id)
 
-    async def release_turn(self, conversation_id: str) -> None:
-        await db_call(turn_leases.release_turn, conversation_id)
+    async def release_turn(self, conversation_id: str) -> bool:
+        with _latest_phase_lock:  # "done" supersedes a phase not written yet
+            _latest_phase.pop(conversation_id, None)
+        return bool(await write_now(turn_leases.release_turn, conversation_id))
 
     async def turn_holder(self, conversation_id: str) -> str:
         return await db_call(turn_leases.turn_holder, conversation_id)

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation
+from chatbridge.chat.models import FINAL_PHASE, Conversation, QueueEntry, ToolSession
 from chatbridge.conf import setting
 from chatbridge.engine.conversation import too_many_running
 from chatbridge.records import lean_sql
@@ -81,11 +81,18 @@ def renew_turn(conversation_id: str) -> bool:
     return renewed == 1
 
 
-def release_turn(conversation_id: str) -> None:
-    """Give our lease up (a lease that is no longer ours is left alone)."""
-    Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
-        turn_worker="", turn_expires=None
-    )
+def release_turn(conversation_id: str) -> bool:
+    """Give our lease up (a lease that is no longer ours is left alone) and record the phase
+    ``done``, in one transaction with the answer to whether messages wait in the queue."""
+    with transaction.atomic():
+        released = Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
+            turn_worker="", turn_expires=None, phase=FINAL_PHASE
+        )
+        if released:
+            lean_sql.update(
+                ToolSession, {"phase": FINAL_PHASE}, conversation_id=conversation_id, ended_at=None
+            )
+        return QueueEntry.objects.filter(conversation_id=conversation_id).exists()
 
 
 def turn_holder(conversation_id: str) -> str:

@@ -153,7 +153,14 @@ class DjangoUrlLinks:
 
 def find(token: str, *, visit: bool = False) -> ElicitLink:
     """The live link of ``token``, or ``LinkUnusable`` saying why not. ``visit`` notes the
-    first visit."""
+    first visit, in one transaction with the read."""
+    if visit:
+        with transaction.atomic():
+            return _find(token, visit=True)
+    return _find(token, visit=False)
+
+
+def _find(token: str, *, visit: bool) -> ElicitLink:
     row = ElicitLink.objects.filter(token_hash=token_hash(token)).first()
     if row is None:
         raise LinkUnusable("unknown")

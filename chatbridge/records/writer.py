@@ -1,22 +1,24 @@
 """The process's database writer: writes leave the critical path, in order, in groups.
 
-A ``Writer`` is owned by the process's runtime, which starts it and closes it (closing waits
-for every queued write). On PostgreSQL writes run on the writer's own thread and connection, so
-they never wait behind the reads of sockets and views. On SQLite they run on the thread (and so
-the connection) every other database call of the process uses: SQLite has one writer at a time,
-and two connections of one process would only wait for each other's locks (its busy handler
-sleeps a millisecond and more per retry). Writes run as groups, one transaction per
-group (a group commit: one thread hop and one commit for many writes), each write in its own
-savepoint, so a write that fails is rolled back and reported alone while its group commits.
+A ``Writer`` is owned by the process's runtime, which starts and closes it (closing waits for
+every queued write). On PostgreSQL writes run on the writer's own thread and connection, never
+behind the reads of sockets and views; on SQLite, on the thread (and connection) every other
+database call uses (one writer at a time: two connections would wait for each other's locks).
+Writes run as groups, one transaction per group (one thread hop and one commit for many), a
+write that fails rolled back and reported alone while its group commits.
 
 Two lanes, each in order:
 
-- **awaited writes** (``write_now``: the journal entry that must exist before a tool acts on an
-  answer, a call's row, a message) run in the next group, ahead of background writes queued
-  earlier, which ride along in the same transaction (their commit is paid already); a failed
-  one raises in the caller. What may be overtaken is written so that the
-  order does not matter (status snapshots are superseded by a call's end, requests never
-  overwrite an answered entry, phases skip ended calls);
+- **ordered writes**: ``write_now`` (the journal entry that must exist before a tool acts on
+  an answer, a question before it is shown; it may also read, and hands back what its function
+  returns) runs in the next group, ahead of background writes queued earlier, which ride along
+  in the same transaction (their commit is paid already); a failed one raises in the caller.
+  ``write_soon`` (a message, a call's row: what must be on record in order, but before nothing
+  in particular) joins this lane without waiting: it lingers like a background write, and the
+  next ``write_now`` carries it, in order, in its own group. It hands back a future of its
+  outcome (a failure is also logged). What may be overtaken is written so that the order does
+  not matter (status snapshots are superseded by a call's end, requests never overwrite an
+  answered entry, phases skip ended calls);
 - **background writes** (``write_later``: status, phases, requests, log lines) linger up to
   ``LINGER`` seconds so that more join their group: under load one commit carries the writes of
   many calls, and they stay off the thread while replies are being sent.
@@ -49,8 +51,8 @@ from django.db import close_old_connections, connections, transaction
 from chatbridge.records.outage import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
-    DatabaseUnavailable,
     connection_broken,
+    outlasted,
     retry_seconds,
 )
 
@@ -63,6 +65,7 @@ __all__ = [
     "undo_on_retry",
     "write_later",
     "write_now",
+    "write_soon",
 ]
 
 logger = logging.getLogger("chatbridge.writer")
@@ -70,9 +73,26 @@ logger = logging.getLogger("chatbridge.writer")
 MAX_GROUP = 256  # writes committed together at most
 LINGER = 0.1  # seconds a group of background writes gathers more
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[None] | None"]
+
 _Outcome = BaseException | None
 _Undo = Callable[[], None]
+
+
+class Job:
+    """A write: its function and arguments, the future of its outcome (none for a background
+    write nobody waits for), and whether a caller waits for it now (a ``write_now``)."""
+
+    __slots__ = ("args", "done", "fn", "urgent")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        done: asyncio.Future[Any] | None = None,
+        *,
+        urgent: bool = False,
+    ) -> None:
+        self.fn, self.args, self.done, self.urgent = fn, args, done, urgent
 
 
 class WriterNotRunning(RuntimeError):
@@ -85,9 +105,10 @@ class Writer:
 
     def __init__(self, *, linger: float = LINGER) -> None:
         self._linger = linger  # how long a background group gathers more (``LINGER``)
-        self._awaited: deque[_Job] = deque()
-        self._background: deque[_Job] = deque()  # flush barriers too (they carry a future)
+        self._awaited: deque[Job] = deque()
+        self._background: deque[Job] = deque()  # flush barriers too (they carry a future)
         self._barriers = 0  # flush barriers in ``_background``: no lingering while any wait
+        self._urgent = 0  # ``write_now`` jobs in ``_awaited``: no lingering while any wait
         self._due = 0.0  # loop time by which the oldest background write must start
         self._wake: asyncio.Event | None = None  # something is queued
         self._hurry: asyncio.Event | None = None  # something queued must not linger
@@ -137,19 +158,36 @@ class Writer:
     def later(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)`` (a sync ORM function) in the background lane; return at once."""
         self._check()
-        if not self._background:
-            self._due = asyncio.get_running_loop().time() + self._linger
-        self._background.append((fn, args, None))
+        self._start_lingering()
+        self._background.append(Job(fn, args))
         self._signal(hurry=False)
 
-    async def now(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` in the next group (after the awaited writes queued before it) and
-        wait until it is done."""
+    def soon(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Queue ``fn(*args)`` in the ordered lane without waiting: it runs in the group of the
+        next ``now`` (or once its linger is over). The future of its outcome."""
         self._check()
         done = asyncio.get_running_loop().create_future()
-        self._awaited.append((fn, args, done))
+        done.add_done_callback(_report_failure)
+        self._start_lingering()
+        self._awaited.append(Job(fn, args, done))
+        self._signal(hurry=False)
+        return done
+
+    async def now(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the next group (after the ordered writes queued before it) and
+        wait until it is done; what it returns."""
+        self._check()
+        done = asyncio.get_running_loop().create_future()
+        self._awaited.append(Job(fn, args, done, urgent=True))
+        self._urgent += 1
         self._signal(hurry=True)
-        await done
+        return await done
+
+    def _start_lingering(self) -> None:
+        """A write that may linger is queued: if it is the first one waiting, its group is due
+        ``linger`` seconds from now."""
+        if not self._background and len(self._awaited) == self._urgent:
+            self._due = asyncio.get_running_loop().time() + self._linger
 
     async def flush(self) -> None:
         """Wait until every write queued so far, in both lanes, is done."""
@@ -160,7 +198,7 @@ class Writer:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not self._background:
             self._due = asyncio.get_running_loop().time()
-        self._background.append((_nothing, (), done))
+        self._background.append(Job(_nothing, (), done))
         self._barriers += 1
         self._signal(hurry=True)
         await done
@@ -177,14 +215,15 @@ class Writer:
         if hurry:
             self._hurry.set()
 
-    def _next_group(self) -> tuple[list[_Job], int]:
-        """The awaited writes, then as many background writes as fit: the group, and how many
-        of it are awaited writes (at its head)."""
+    def _next_group(self) -> tuple[list[Job], int]:
+        """The ordered writes, then as many background writes as fit: the group, and how many
+        of it are ordered writes (at its head)."""
         awaited = [self._awaited.popleft() for _ in range(min(len(self._awaited), MAX_GROUP))]
+        self._urgent -= sum(1 for job in awaited if job.urgent)
         room = MAX_GROUP - len(awaited)
         background = [self._background.popleft() for _ in range(min(len(self._background), room))]
-        self._barriers -= sum(1 for _, _, done in background if done is not None)
-        if self._background:  # what did not fit is due at once
+        self._barriers -= sum(1 for job in background if job.done is not None)
+        if self._awaited or self._background:  # what did not fit is due at once
             self._due = 0.0
         return awaited + background, len(awaited)
 
@@ -196,24 +235,25 @@ class Writer:
             if not (self._awaited or self._background):
                 self._wake.clear()
                 await self._wake.wait()
-            if not (self._awaited or self._barriers) and (wait := self._due - loop.time()) > 0:
+            if not (self._urgent or self._barriers) and (wait := self._due - loop.time()) > 0:
                 self._hurry.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._hurry.wait(), wait)
             group, awaited = self._next_group()
             try:
                 if self._thread is None:
-                    outcomes, outage = await shared(group)
+                    outcomes, values, outage = await shared(group)
                 else:
                     run = loop.run_in_executor(self._thread, _run_group, group)
-                    outcomes, outage = await run
+                    outcomes, values, outage = await run
             except asyncio.CancelledError:  # closing: nobody may wait for ever
-                for _, _, done in group:
-                    if done is not None and not done.done():
-                        done.set_exception(WriterNotRunning("The writer was stopped."))
+                for job in group:
+                    if job.done is not None and not job.done.done():
+                        job.done.set_exception(WriterNotRunning("The writer was stopped."))
                 raise
             if outage:
-                self._settle(*self._wait_for_database(group, outcomes, awaited, loop.time()))
+                failed, errors = self._wait_for_database(group, outcomes, awaited, loop.time())
+                self._settle(failed, errors, [None] * len(failed))
                 await asyncio.sleep(self._backoff)  # the database is restarting: no busy loop
                 self._backoff = min(self._backoff * 2, BACKOFF_MAX)
                 continue
@@ -221,11 +261,11 @@ class Writer:
                 logger.info("the database is back; the writes that waited for it are done")
                 self._failing_since.clear()
                 self._backoff = BACKOFF_FIRST
-            self._settle(group, outcomes)
+            self._settle(group, outcomes, values)
 
     def _wait_for_database(
-        self, group: list[_Job], outcomes: list[_Outcome], awaited: int, now: float
-    ) -> tuple[list[_Job], list[_Outcome]]:
+        self, group: list[Job], outcomes: list[_Outcome], awaited: int, now: float
+    ) -> tuple[list[Job], list[_Outcome]]:
         """``group`` failed because the database is away (nothing of it is on record, or all
         of it is: it runs again whole). Its writes that have not waited their time yet go back
         to the head of their lanes (its first ``awaited`` are awaited writes), in order; the
@@ -238,57 +278,55 @@ class Writer:
                 error,
                 retry_seconds(),
             )
-        patience = retry_seconds()
-        keep: tuple[list[_Job], list[_Job]] = ([], [])  # awaited, background
-        failed: list[tuple[_Job, _Outcome]] = []
-        for n, (job, outcome) in enumerate(zip(group, outcomes, strict=True)):
-            if now - self._failing_since.setdefault(id(job), now) < patience:
-                keep[n >= awaited].append(job)
-            else:
-                self._failing_since.pop(id(job), None)
-                gone = DatabaseUnavailable(str(outcome or "the database is unavailable"))
-                gone.__cause__ = outcome
-                failed.append((job, gone))
-        self._awaited.extendleft(reversed(keep[0]))
-        self._background.extendleft(reversed(keep[1]))
-        self._barriers += sum(1 for _, _, done in keep[1] if done is not None)
+        keep_awaited, keep_background, failed = outlasted(
+            group, outcomes, awaited, now, self._failing_since
+        )
+        self._awaited.extendleft(reversed(keep_awaited))
+        self._background.extendleft(reversed(keep_background))
+        self._urgent += sum(1 for job in keep_awaited if job.urgent)
+        self._barriers += sum(1 for job in keep_background if job.done is not None)
         return [job for job, _ in failed], [outcome for _, outcome in failed]
 
-    def _settle(self, group: list[_Job], outcomes: list[_Outcome]) -> None:
+    def _settle(self, group: list[Job], outcomes: list[_Outcome], values: list[Any]) -> None:
         """Tell each write's waiter how it went (a background write's failure is logged)."""
-        for (fn, _, done), outcome in zip(group, outcomes, strict=True):
+        for job, outcome, value in zip(group, outcomes, values, strict=True):
+            done = job.done
             if outcome is None:
                 if done is not None and not done.done():
-                    done.set_result(None)
+                    done.set_result(value)
             elif done is None:  # nobody waits for it: say so in the log
                 logger.error(
                     "background write %s failed",
-                    getattr(fn, "__name__", fn),
+                    getattr(job.fn, "__name__", job.fn),
                     exc_info=(type(outcome), outcome, outcome.__traceback__),
                 )
             elif not done.done():
                 done.set_exception(outcome)
 
 
-def _run_group(group: list[_Job]) -> tuple[list[_Outcome], bool]:
+def _report_failure(done: asyncio.Future[Any]) -> None:
+    """A ``write_soon`` that failed is logged (its caller may never look at its future)."""
+    if not done.cancelled() and (error := done.exception()) is not None:
+        logger.error("ordered write failed", exc_info=(type(error), error, error.__traceback__))
+
+
+def _run_group(group: list[Job]) -> tuple[list[_Outcome], list[Any], bool]:
     """On the database thread: every write of ``group`` in one transaction.
 
-    An awaited write runs in a savepoint of its own: when it fails, only it is rolled back and
-    its caller gets the error. So does every write on PostgreSQL, where a failed statement
-    spoils the rest of the transaction. Background writes on SQLite go without (two statements
-    saved per write): SQLite undoes a failed statement alone and the transaction goes on, so a
-    failed background write is reported and the group commits; what that write had changed
-    before its failing statement stays (each of them writes one row, or rows that need not
-    change together). If the transaction itself fails (the
-    connection broke), every write of the group that had not failed already fails with that
-    error, and the connection is dropped so the next group opens a new one.
+    A write someone waits for runs in a savepoint of its own (failing, it alone is rolled back
+    and its caller gets the error), and so does every write on PostgreSQL, where a failed
+    statement spoils the transaction. SQLite undoes a failed statement alone: its background
+    writes go without (each writes one row, or rows that need not change together). If the
+    transaction itself fails (the connection broke), every write not failed already fails with
+    that error, and the connection is dropped.
 
-    The second value says whether the group failed because the database went away (its
-    connection is broken, or none could be had): then it is to run again, whole, and what its
-    writes took from memory has been put back (``undo_on_retry``)."""
+    What each write returned comes second; third, whether the group failed because the
+    database went away (its connection is broken, or none could be had): then it runs again,
+    whole, and what its writes took from memory has been put back (``undo_on_retry``)."""
     outcomes: list[_Outcome] = [None] * len(group)
-    if all(fn is _nothing for fn, _, _ in group):  # only flush barriers: nothing to write
-        return outcomes, False
+    values: list[Any] = [None] * len(group)
+    if all(job.fn is _nothing for job in group):  # only flush barriers: nothing to write
+        return outcomes, values, False
     if _stale():
         close_old_connections()
     every_one = connections["default"].vendor != "sqlite"
@@ -300,18 +338,18 @@ def _run_group(group: list[_Job]) -> tuple[list[_Outcome], bool]:
         with transaction.atomic():
             raw = connections["default"].connection
             if len(group) == 1:  # its own transaction isolates it
-                group[0][0](*group[0][1])
+                values[0] = group[0].fn(*group[0].args)
             else:
-                for n, (fn, args, done) in enumerate(group):
+                for n, job in enumerate(group):
                     try:
-                        if done is not None or every_one:
+                        if job.done is not None or every_one:
                             with transaction.atomic():
-                                fn(*args)
+                                values[n] = job.fn(*job.args)
                         else:
-                            fn(*args)
+                            job.fn(*job.args)
                     except Exception as exc:
                         outcomes[n] = exc
-                        if done is None and not every_one:  # SQLite undid the statement alone
+                        if job.done is None and not every_one:  # SQLite undid it alone
                             transaction.set_rollback(False)
     except Exception as exc:
         outcomes = [outcome or exc for outcome in outcomes]
@@ -319,18 +357,18 @@ def _run_group(group: list[_Job]) -> tuple[list[_Outcome], bool]:
     finally:
         _undo.callbacks = None
     if all(outcome is None for outcome in outcomes):
-        return outcomes, False
+        return outcomes, values, False
     # Gone away: none could be had, the broken one was dropped (and another taken) on the way
     # out of the transaction, or the one kept does not work.
     connection = connections["default"]
     if raw is None or connection.connection is not raw or connection_broken():
         for callback in reversed(undo):
             callback()
-        return outcomes, True
+        return outcomes, values, True
     if outer_failed and (len(group) > 1 or connection.errors_occurred):
         with contextlib.suppress(Exception):
             connection.close()
-    return outcomes, False
+    return outcomes, values, False
 
 
 _undo = threading.local()  # the undo callbacks of the group running on this thread
@@ -368,9 +406,16 @@ def write_later(fn: Callable[..., Any], *args: Any) -> None:
     _writer().later(fn, *args)
 
 
-async def write_now(fn: Callable[..., Any], *args: Any) -> None:
-    """Run ``fn(*args)`` in the next group (after earlier awaited writes); wait for it."""
-    await _writer().now(fn, *args)
+async def write_now(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in the next group (after earlier ordered writes); wait for it, and
+    hand back what it returned (a read that must see the writes queued before it)."""
+    return await _writer().now(fn, *args)
+
+
+def write_soon(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """Queue ``fn(*args)`` in the ordered lane; return at once. The next ``write_now`` carries
+    it (in order, in one transaction); the future of its outcome."""
+    return _writer().soon(fn, *args)
 
 
 async def flush() -> None:
