@@ -97,7 +97,7 @@ def database_from_url(url: str, *, pool_size: int = 10, pool_timeout: int = 10) 
     parts = urlsplit(url)
     if parts.scheme in ("postgres", "postgresql", "pgsql"):
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": "chatbridge.records.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
@@ -107,9 +107,10 @@ def database_from_url(url: str, *, pool_size: int = 10, pool_timeout: int = 10) 
             # persistent connection per thread piles up; a pool bounds them per process and
             # makes the others wait their turn instead of failing with "too many clients".
             "CONN_MAX_AGE": 0,
-            # With a pool, Django has it check a connection before handing it out (psycopg's
-            # ``ConnectionPool.check_connection``): one it kept may have been cut off since
-            # (a restart ends them all) and is replaced instead of failing a request.
+            # The pool checks a connection before handing it out (one it kept may have been
+            # cut off since: a restart ends them all; it is replaced instead of failing a
+            # request): at most once a second (``chatbridge.records.pool_check``, which this
+            # ENGINE puts in place of Django's check on every checkout).
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": {
                 "pool": {

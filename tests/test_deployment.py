@@ -188,15 +188,15 @@ def test_environment_values_are_read_strictly() -> None:
 def test_database_urls_give_a_pool_for_postgresql_and_waiting_writers_for_sqlite() -> None:
     url = "postgres://u:p%40ss@db.example:6543/app"
     assert database_from_url(url, pool_size=7, pool_timeout=4) == {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "chatbridge.records.postgresql",
         "NAME": "app",
         "USER": "u",
         "PASSWORD": "p@ss",
         "HOST": "db.example",
         "PORT": "6543",
         "CONN_MAX_AGE": 0,  # the pool keeps the connections, not the threads
-        "CONN_HEALTH_CHECKS": True,  # the pool checks one before handing it out
-        "OPTIONS": {"pool": {"min_size": 1, "max_size": 7, "timeout": 4}},
+        "CONN_HEALTH_CHECKS": True,  # the pool checks one before handing it out (at most
+        "OPTIONS": {"pool": {"min_size": 1, "max_size": 7, "timeout": 4}},  # once a second)
     }
     sqlite = database_from_url("sqlite:////tmp/x.sqlite3")
     assert sqlite["NAME"] == "/tmp/x.sqlite3"
