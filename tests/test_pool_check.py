@@ -3,6 +3,8 @@ connection is found, and one that passed less than a second ago is not checked a
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 
@@ -19,7 +21,7 @@ def test_a_dead_connection_fails_the_check_and_a_fresh_pass_is_trusted_for_a_sec
 ) -> None:
     require("PostgreSQL", PG_HOST, PG_PORT)
     clock = [1000.0]
-    monkeypatch.setattr(pool_check.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("chatbridge.records.pool_check.time.monotonic", lambda: clock[0])
     with psycopg.connect(URL, autocommit=True) as never_checked:
         never_checked.close()
         with pytest.raises(psycopg.OperationalError):
@@ -42,7 +44,7 @@ def test_the_postgresql_engine_of_a_database_url_gives_its_pool_this_check() -> 
 
     settings = database_from_url(f"postgres://postgres@{PG_HOST}:{PG_PORT}/postgres")
     handler = ConnectionHandler({"default": settings})
-    wrapper = handler["default"]
+    wrapper: Any = handler["default"]
     try:
         pool = wrapper.pool
         assert pool is not None
