@@ -21,7 +21,7 @@ def test_a_dead_connection_fails_the_check_and_a_fresh_pass_is_trusted_for_a_sec
 ) -> None:
     require("PostgreSQL", PG_HOST, PG_PORT)
     clock = [1000.0]
-    monkeypatch.setattr("chatbridge.records.pool_check.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(pool_check, "_clock", lambda: clock[0])
     with psycopg.connect(URL, autocommit=True) as never_checked:
         never_checked.close()
         with pytest.raises(psycopg.OperationalError):

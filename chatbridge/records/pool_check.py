@@ -20,6 +20,7 @@ __all__ = ["CHECK_AFTER", "check_connection"]
 
 CHECK_AFTER = 1.0  # seconds a connection that passed the check is trusted
 
+_clock = time.monotonic  # (a test sets its own)
 _checked: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()  # the pool checks on the threads that take connections
 
@@ -29,7 +30,7 @@ def check_connection(conn: Any) -> None:
     ``CHECK_AFTER`` seconds ago."""
     from psycopg_pool import ConnectionPool
 
-    now = time.monotonic()
+    now = _clock()
     with _lock:
         last = _checked.get(conn)
     if last is not None and now - last < CHECK_AFTER:
