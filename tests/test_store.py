@@ -102,21 +102,23 @@ async def test_messages_sent_while_a_turn_runs_wait_in_order_on_record() -> None
     assert [r async for r in rows] == [("q2", "second", "", "session:store")]
 
 
-async def test_a_turn_hands_its_messages_over_without_waiting_and_its_release_records_them() -> (
+async def test_a_turn_reads_its_history_with_its_lease_and_its_release_records_its_messages() -> (
     None
 ):
-    """Messages appended without waiting are read back in order by the turn (its read carries
-    them); the release carries the last ones, records the phase done (a phase queued before
-    it is not written after it) and says whether messages wait in the queue."""
+    """The lease comes with the conversation's messages (one transaction); what the turn then
+    appends without waiting is in its history at once, and on record, in order, once the
+    release (which records the phase done and says whether messages wait) is done. A phase
+    queued before the release is not written after it."""
     store, chat = DjangoStore(), await new_conversation()
+    await store.append(chat, "m0", {"role": "user", "content": "earlier"})
     assert await store.take_turn(chat)
     await store.append(chat, "m1", {"role": "user", "content": "hi"}, wait=False)
-    assert [m["content"] for m in await store.messages(chat)] == ["hi"]
+    assert [m["content"] for m in await store.messages(chat)] == ["earlier", "hi"]
     await store.save_phase(chat, "streaming")
     await store.append(chat, "m2", {"role": "assistant", "content": "hello"}, wait=False)
-    assert not await Message.objects.filter(id="m2").aexists()  # not yet: nothing waited
     assert await store.release_turn(chat) is False  # nothing queued
     assert [m.content async for m in Message.objects.filter(conversation_id=chat)] == [
+        "earlier",
         "hi",
         "hello",
     ]
@@ -124,6 +126,8 @@ async def test_a_turn_hands_its_messages_over_without_waiting_and_its_release_re
     await flush()
     row = await Conversation.objects.aget(pk=chat)
     assert (row.phase, row.turn_worker, row.turn_expires) == ("done", "", None)
+    # Released, the history is read from the record again.
+    assert [m["content"] for m in await store.messages(chat)] == ["earlier", "hi", "hello"]
 
     assert await store.take_turn(chat)
     await store.enqueue(chat, QueuedMessage("q1", "later"))

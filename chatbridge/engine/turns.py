@@ -206,9 +206,11 @@ class Turns:
                 await self.store.append(conv.id, message_id, user, wait=False)
                 if queued is not None:  # in the conversation now (kept until then)
                     await self.queue.dequeue(conv.id, queued.id)
-            # Read once (after the user's message, which this read puts on record with it):
-            # this turn holds the conversation, so what it appends from here on is all that
-            # changes, and it keeps ``history`` with it.
+            # Read once (with the user's message): this turn holds the conversation, so what
+            # it appends from here on is all that changes, and it keeps ``history`` with it.
+            # Appended without waiting, the user's message is on record with the turn's next
+            # write that waits (its call's question, its release), or on its own within the
+            # writer's linger (0.1 s).
             history = await self.store.messages(conv.id)
             if text is not None:
                 await self.sink(

@@ -29,6 +29,7 @@ from chatbridge.engine.conversation import (
     OnRecord,
     ResumableCall,
     as_llm_message,
+    read_back,
 )
 from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
@@ -97,6 +98,13 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
             text = " ".join(str(message.get("content") or "").split())
             changed["title"] = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
         lean_sql.update(Conversation, changed, id=conversation_id)
+
+
+def _take_and_read(conversation_id: str, replacing: str, new: bool) -> list[dict[str, Any]] | None:
+    """Take the conversation's turn lease (``take_new_turn`` for a ``new`` message's turn) and,
+    if it is taken, read its messages: the turn's history, with the lease, in one transaction."""
+    take = turn_leases.take_new_turn if new else turn_leases.take_turn
+    return _messages(conversation_id) if take(conversation_id, replacing) else None
 
 
 def _messages(conversation_id: str) -> list[dict[str, Any]]:
@@ -186,8 +194,15 @@ class DjangoStore:
         # from memory. A dequeue here forgets them all (the visitor's other chats may have
         # room again); one on another worker shows within FULL_MEMO.
         self._full: dict[str, tuple[float, CommandRefused]] = {}
+        # Conversation id → its messages, read with its turn lease and kept (with what the
+        # turn appends) until the lease is released: while this worker holds the lease, only
+        # its turn appends to the conversation.
+        self._histories: dict[str, list[dict[str, Any]]] = {}
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        kept = self._histories.get(conversation_id)
+        if kept is not None:
+            return [dict(m) for m in kept]
         # Through the writer: it sees the appends queued before it (and carries them).
         messages: list[dict[str, Any]] = await write_now(_messages, conversation_id)
         return messages
@@ -195,6 +210,9 @@ class DjangoStore:
     async def append(
         self, conversation_id: str, message_id: str, message: dict[str, Any], *, wait: bool = True
     ) -> None:
+        kept = self._histories.get(conversation_id)
+        if kept is not None:
+            kept.append(read_back(message))
         if wait:
             await write_now(_append, conversation_id, message_id, message)
         else:  # the writer's ordered lane: the next write or read that waits carries it
@@ -247,17 +265,25 @@ class DjangoStore:
     # queued behind its reply is done before the next take here is tried).
 
     async def take_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return bool(await write_now(turn_leases.take_turn, conversation_id, replacing))
+        return await self._take(conversation_id, replacing, new=False)
 
     # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
 
     async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return bool(await write_now(turn_leases.take_new_turn, conversation_id, replacing))
+        return await self._take(conversation_id, replacing, new=True)
+
+    async def _take(self, conversation_id: str, replacing: str, *, new: bool) -> bool:
+        history = await write_now(_take_and_read, conversation_id, replacing, new)
+        if history is None:
+            return False
+        self._histories[conversation_id] = history
+        return True
 
     async def renew_turn(self, conversation_id: str) -> bool:
         return await db_call(turn_leases.renew_turn, conversation_id)
 
     async def release_turn(self, conversation_id: str) -> bool:
+        self._histories.pop(conversation_id, None)
         with _latest_phase_lock:  # "done" supersedes a phase not written yet
             _latest_phase.pop(conversation_id, None)
         return bool(await write_now(turn_leases.release_turn, conversation_id))
