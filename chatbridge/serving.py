@@ -56,8 +56,10 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
     # project serves them.
     django_app = django_application(serve_static=not _static_served(settings.MIDDLEWARE))
 
-    from channels.auth import AuthMiddlewareStack
+    from channels.auth import AuthMiddleware
     from channels.routing import ProtocolTypeRouter, URLRouter
+    from channels.sessions import SessionMiddlewareStack
+    from django.urls import URLPattern
 
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.origins import SameOriginValidator
@@ -79,13 +81,19 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
         else:
             await django_app(scope, receive, send)
 
+    # The project's routes get the session's user (channels' AuthMiddleware); the chat's
+    # socket reads its owner with its conversation itself (``chat.socket_owner``).
+    project_routes = [
+        URLPattern(route.pattern, AuthMiddleware(route.callback), route.default_args, route.name)
+        for route in websocket_urlpatterns
+    ]
     router = ProtocolTypeRouter(
         {
             "http": http_router,
-            # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session and
-            # user identify the owner.
+            # Origin: the site's own host and port, or CSRF_TRUSTED_ORIGINS; the session (and
+            # its user) identify the owner.
             "websocket": SameOriginValidator(
-                AuthMiddlewareStack(URLRouter([*chat_routes, *websocket_urlpatterns]))
+                SessionMiddlewareStack(URLRouter([*chat_routes, *project_routes]))
             ),
         }
     )

@@ -51,7 +51,8 @@ async def test_full_booking_over_the_json_protocol(chat: ChatClient) -> None:
     assert state["phase"] == "idle" and state["running"] is False
 
     await chat.send_user(BOOK)
-    await chat.next("user_message", content=BOOK)
+    # The first message names the conversation: its echo says so (the page retitles itself).
+    assert (await chat.next("user_message", content=BOOK))["title"] == BOOK
     call = await chat.next("tool_call", status="running")
     assert (call["tool_name"], call["arguments"]) == (
         "book_flight",
@@ -80,6 +81,9 @@ async def test_full_booking_over_the_json_protocol(chat: ChatClient) -> None:
     assert result["ticket"].startswith("CB-")
     summary = await chat.next("assistant_message")
     assert result["ticket"] in summary["content"]
+    await chat.turn_done()
+    await chat.send_user("Thanks!")
+    assert (await chat.next("user_message", content="Thanks!"))["title"] is None  # named already
     await chat.turn_done()
 
 

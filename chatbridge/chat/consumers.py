@@ -8,7 +8,6 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.utils import await_many_dispatch
@@ -23,8 +22,8 @@ from chatbridge.calls.storable import nul_at
 from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
-from chatbridge.chat.models import Conversation
 from chatbridge.chat.rendering import SocketView, render_event
+from chatbridge.chat.socket_owner import socket_owner
 from chatbridge.conf import setting
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.protocol import (
@@ -40,8 +39,7 @@ from chatbridge.engine.protocol import (
     UserMessageCommand,
     parse_command,
 )
-from chatbridge.records.outage import DatabaseUnavailable, db_call
-from chatbridge.records.store import on_record, owner_key
+from chatbridge.records.outage import DatabaseUnavailable
 from chatbridge.records.url_links import remember_origin
 from chatbridge.runtime import current_runtime
 
@@ -97,20 +95,14 @@ def _page_origin(scope: Scope) -> str:
     return f"{scheme}://{host}" if host else ""
 
 
-@sync_to_async
-def _sidebar_link(conversation_id: str) -> str:
-    """The conversation's sidebar link, retitled after its first message."""
-    item = Conversation.objects.get(pk=conversation_id)
-    return render_to_string(
+def _retitled(conversation_id: str, title: str) -> str:
+    """The conversation's sidebar link and the page's heading (and so its tab title), named
+    after its first message."""
+    item = {"id": conversation_id, "title": title}
+    link = render_to_string(
         "chatbridge/conversation_link.html", {"item": item, "conversation": item, "oob": True}
     )
-
-
-@sync_to_async
-def _title_heading(conversation_id: str) -> str:
-    """The page's heading (and so its tab title), retitled after the first message."""
-    title = Conversation.objects.filter(pk=conversation_id).values_list("title", flat=True)
-    return render_to_string("chatbridge/chat_title.html", {"title": title.first(), "oob": True})
+    return link + render_to_string("chatbridge/chat_title.html", {"title": title, "oob": True})
 
 
 def _too_long(data: dict[str, Any]) -> str | None:
@@ -179,10 +171,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.view = SocketView()
         self.bucket = TokenBucket(setting("CHATBRIDGE_WS_RATE"), setting("CHATBRIDGE_WS_BURST"))
         self.strikes = 0
-        session = self.scope.get("session")
-        owner = owner_key(self.scope.get("user"), session.session_key if session else None)
         try:
-            seen = await db_call(on_record, self.conversation_id, owner) if owner else None
+            owner, seen = await socket_owner(self.scope, self.conversation_id)
         except DatabaseUnavailable:  # the page connects again (its reconnect backs off)
             logger.warning(
                 "socket for conversation %s: the database is unavailable", self.conversation_id
@@ -354,9 +344,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.send(text_data=event.model_dump_json())
             return
         html = render_event(event, self.view)
-        if isinstance(event, UserMessage) and html:
-            html += await _sidebar_link(self.conversation_id)
-            html += await _title_heading(self.conversation_id)
+        if isinstance(event, UserMessage) and html and event.title is not None:
+            html += _retitled(self.conversation_id, event.title)
         if html:
             await self.send(text_data=html)
 

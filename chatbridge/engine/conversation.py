@@ -39,12 +39,23 @@ __all__ = [
     "VisitorLimits",
     "as_llm_message",
     "read_back",
+    "title_of",
     "counted",
     "dangling_calls",
     "too_many_running",
 ]
 
 LOST_SESSION_MESSAGE = "Error: Plugin session was lost. Please retry the operation."
+TITLE_LENGTH = 60  # characters of a conversation's first message that name it
+
+
+def title_of(text: str) -> str:
+    """The title a conversation takes from its first message: its words, up to 60 characters
+    (and an ellipsis when cut)."""
+    words = " ".join(text.split())
+    return words[:TITLE_LENGTH] + ("…" if len(words) > TITLE_LENGTH else "")
+
+
 EventSink = Callable[[str, ChatEvent], Awaitable[None]]
 
 

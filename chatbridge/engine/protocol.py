@@ -115,6 +115,7 @@ class UserMessage(_Event):
     message_id: str
     content: str
     client_id: str | None = None  # the sender's own id for it (``UserMessageCommand``)
+    title: str | None = None  # the conversation's title, when this message names it (its first)
 
 
 class MessageQueued(_Event):

@@ -27,6 +27,7 @@ from chatbridge.engine.conversation import (
     counted,
     dangling_calls,
     read_back,
+    title_of,
 )
 from chatbridge.engine.protocol import (
     AssistantDelta,
@@ -219,6 +220,7 @@ class Turns:
                         message_id=message_id,
                         content=text,
                         client_id=queued.client_id if queued else client_id,
+                        title=title_of(text) if len(history) == 1 else None,
                     ),
                 )
             await self.set_phase(conv, "process_plugin_abort")

@@ -30,6 +30,7 @@ from chatbridge.engine.conversation import (
     ResumableCall,
     as_llm_message,
     read_back,
+    title_of,
 )
 from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
@@ -60,8 +61,6 @@ __all__ = [
 # Tests drive these directly under the names they had here.
 _enqueue = message_queue.enqueue
 _take_new_turn = turn_leases.take_new_turn
-
-TITLE_LENGTH = 60
 
 
 def owner_key(user: Any, session_key: str | None) -> str | None:
@@ -95,8 +94,7 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
         )
         changed: dict[str, Any] = {"updated_at": now}
         if message["role"] == "user" and last == 0:
-            text = " ".join(str(message.get("content") or "").split())
-            changed["title"] = text[:TITLE_LENGTH] + ("…" if len(text) > TITLE_LENGTH else "")
+            changed["title"] = title_of(str(message.get("content") or ""))
         lean_sql.update(Conversation, changed, id=conversation_id)
 
 
@@ -162,12 +160,18 @@ def _resumable(conversation_id: str) -> list[ResumableCall]:
     ]
 
 
-def on_record(conversation_id: str, owner: str) -> OnRecord | None:
+def on_record(
+    conversation_id: str, owner: str, sessions: Any = None, session_key: str = ""
+) -> OnRecord | None:
     """The conversation as a socket opening on it needs it, in one statement; None unless
-    ``owner`` owns it."""
+    ``owner`` owns it (and, given the ``sessions`` model, unless the session ``session_key``
+    is on record and has not expired)."""
+    owned = Conversation.objects.filter(pk=conversation_id, owner=owner)
+    if sessions is not None:
+        live = sessions.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        owned = owned.filter(Exists(live))
     found = (
-        Conversation.objects.filter(pk=conversation_id, owner=owner)
-        .annotate(
+        owned.annotate(
             calls_open=Exists(
                 ToolSession.objects.filter(conversation=OuterRef("pk"), status__in=ACTIVE_STATUSES)
             ),
