@@ -26,7 +26,7 @@ FULL = {
     "memory_bookings": ["--bookings", "1000", "--warmup", "50", "--wave", "50"],
     "replay": ["--iterations", "500"],
     "capacity": ["--ladder", "2,5,10,15,20,30,40,60,80", "--seconds", "15"],
-    "cluster": ["--bookings", "10"],
+    "cluster": ["--bookings", "20"],
 }
 QUICK = {
     "elicit_roundtrip": ["--iterations", "60", "--warmup", "10", "--bookings", "10"],
