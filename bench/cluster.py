@@ -263,6 +263,7 @@ async def main() -> None:
                 results.append(await phase(env, count, args.bookings, Path(tmp), both=both))
     finally:
         own.kill()
+
     def counted(r: dict[str, Any], key: str, form: str) -> str:
         """SQLite's setup uses neither Redis nor PostgreSQL: nothing of theirs to count."""
         return "–" if r["setup"].endswith("SQLite") else format(r[key], form)
