@@ -135,8 +135,17 @@ def outlasted(
     record, or all of it is: it runs again whole). Its writes that have not waited
     ``retry_seconds()`` yet, ordered ones (its first ``awaited``) and background ones, in
     order, to go back to the head of their lanes; and the others, with their errors.
-    ``failing_since`` keeps when each write (by id) first failed."""
+    ``failing_since`` keeps when each write (by id) first failed (empty: the outage begins,
+    and is logged)."""
     patience = retry_seconds()
+    if not failing_since:
+        error = next((o for o in outcomes if o is not None), None)
+        logger.warning(
+            "the database is unavailable (%s: %s); writes wait for it up to %.0f s",
+            type(error).__name__,
+            error,
+            patience,
+        )
     keep: tuple[list[J], list[J]] = ([], [])
     failed: list[tuple[J, DatabaseUnavailable]] = []
     for n, (job, outcome) in enumerate(zip(group, outcomes, strict=True)):

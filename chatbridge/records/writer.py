@@ -23,15 +23,14 @@ Two lanes, each in order:
   ``LINGER`` seconds so that more join their group: under load one commit carries the writes of
   many calls, and they stay off the thread while replies are being sent.
 
-``flush`` waits until every write queued before it, in both lanes, is done.
-``write_later``/``write_now``/``flush`` reach the writer of the running runtime.
+``flush`` waits for every write queued before it; the functions of this module reach the
+writer of the running runtime.
 
-While the database is away (a restart cuts connections off, new ones are refused) a group that
-failed for that reason runs again, whole and in order, until the database is back or its writes
-have waited ``CHATBRIDGE_DB_RETRY_SECONDS`` (then they fail as before). So every write must be
-idempotent: a group whose commit was cut off may have committed. A write that takes data kept
-in memory (the coalesced status, phase and log writes) says with ``undo_on_retry`` how to put
-it back for its next run.
+While the database is away (a restart) a group that failed for that reason runs again, whole
+and in order, until the database is back or its writes have waited
+``CHATBRIDGE_DB_RETRY_SECONDS`` (then they fail). So every write must be idempotent (a group
+whose commit was cut off may have committed); one that takes data kept in memory (coalesced
+status, phase and log writes) says with ``undo_on_retry`` how to put it back.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -53,7 +53,6 @@ from chatbridge.records.outage import (
     BACKOFF_MAX,
     connection_broken,
     outlasted,
-    retry_seconds,
 )
 
 __all__ = [
@@ -78,21 +77,15 @@ _Outcome = BaseException | None
 _Undo = Callable[[], None]
 
 
+@dataclass(slots=True)
 class Job:
     """A write: its function and arguments, the future of its outcome (none for a background
     write nobody waits for), and whether a caller waits for it now (a ``write_now``)."""
 
-    __slots__ = ("args", "done", "fn", "urgent")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        done: asyncio.Future[Any] | None = None,
-        *,
-        urgent: bool = False,
-    ) -> None:
-        self.fn, self.args, self.done, self.urgent = fn, args, done, urgent
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    done: asyncio.Future[Any] | None = None
+    urgent: bool = False
 
 
 class WriterNotRunning(RuntimeError):
@@ -270,14 +263,6 @@ class Writer:
         of it is: it runs again whole). Its writes that have not waited their time yet go back
         to the head of their lanes (its first ``awaited`` are awaited writes), in order; the
         others, and their errors, are returned."""
-        if not self._failing_since:
-            error = next((o for o in outcomes if o is not None), None)
-            logger.warning(
-                "the database is unavailable (%s: %s); writes wait for it up to %.0f s",
-                type(error).__name__,
-                error,
-                retry_seconds(),
-            )
         keep_awaited, keep_background, failed = outlasted(
             group, outcomes, awaited, now, self._failing_since
         )
