@@ -233,7 +233,7 @@ def goals(results: list[dict[str, Any]]) -> list[list[str]]:
         ],
         [
             "PostgreSQL transactions a booking ≤ 20 (issue 28)",
-            f"{pg_most:.0f}",
+            f"{pg_most:.1f}",
             goal(pg_most <= 20),
         ],
         [
@@ -273,7 +273,7 @@ async def main() -> None:
             r["setup"],
             f"{r['events']:.0f}",
             counted(r, "redis", ".0f"),
-            counted(r, "pg", ".0f"),
+            counted(r, "pg", ".1f"),
             f"{r['cpu_ms']:.0f}",
             f"{r['seconds']:.2f}",
             counted(r, "idle_redis_s", ".1f"),
