@@ -77,6 +77,7 @@ EXPECTED_PATH = (
     "chatbridge/engine/forms.py",
     "chatbridge/engine/protocol.py",
     "chatbridge/engine/tool_calls.py",
+    "chatbridge/records/group_commit.py",
     "chatbridge/records/lean_sql.py",
     "chatbridge/records/lease.py",
     "chatbridge/records/recorder.py",
@@ -91,7 +92,7 @@ EXPECTED_PATH = (
 MUST_RUN = (
     "chatbridge/chat/consumers.py:ChatConsumer.receive",
     "chatbridge/calls/session_questions.py:SessionQuestions.respond_to_elicit",
-    "chatbridge/records/writer.py:_run_group",
+    "chatbridge/records/group_commit.py:run_group",
 )
 
 # Tasks that run on a clock or a queue of their own, not on the answer's way (by name prefix):
@@ -106,7 +107,7 @@ BACKGROUND = (
     "chatbridge-worker-",
 )
 # On a thread, what the database writer runs (every write of the answer goes through it).
-WRITER = ("records/writer.py", "_run_group")
+WRITER = ("records/group_commit.py", "run_group")
 
 PACKAGE = Path(chatbridge.__file__).resolve().parent
 ROOT = PACKAGE.parent

@@ -38,20 +38,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections, transaction
+from django.db import connections
 
+from chatbridge.records.group_commit import Job, Outcome, nothing, run_group, undo_on_retry
 from chatbridge.records.outage import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
-    connection_broken,
     outlasted,
 )
 
@@ -71,21 +69,6 @@ logger = logging.getLogger("chatbridge.writer")
 
 MAX_GROUP = 256  # writes committed together at most
 LINGER = 0.1  # seconds a group of background writes gathers more
-
-
-_Outcome = BaseException | None
-_Undo = Callable[[], None]
-
-
-@dataclass(slots=True)
-class Job:
-    """A write: its function and arguments, the future of its outcome (none for a background
-    write nobody waits for), and whether a caller waits for it now (a ``write_now``)."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    done: asyncio.Future[Any] | None = None
-    urgent: bool = False
 
 
 class WriterNotRunning(RuntimeError):
@@ -191,7 +174,7 @@ class Writer:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not self._background:
             self._due = asyncio.get_running_loop().time()
-        self._background.append(Job(_nothing, (), done))
+        self._background.append(Job(nothing, (), done))
         self._barriers += 1
         self._signal(hurry=True)
         await done
@@ -223,7 +206,7 @@ class Writer:
     async def _work(self) -> None:
         assert self._wake is not None and self._hurry is not None
         loop = asyncio.get_running_loop()
-        shared = sync_to_async(_run_group, thread_sensitive=True)
+        shared = sync_to_async(run_group, thread_sensitive=True)
         while True:
             if not (self._awaited or self._background):
                 self._wake.clear()
@@ -237,7 +220,7 @@ class Writer:
                 if self._thread is None:
                     outcomes, values, outage = await shared(group)
                 else:
-                    run = loop.run_in_executor(self._thread, _run_group, group)
+                    run = loop.run_in_executor(self._thread, run_group, group)
                     outcomes, values, outage = await run
             except asyncio.CancelledError:  # closing: nobody may wait for ever
                 for job in group:
@@ -257,8 +240,8 @@ class Writer:
             self._settle(group, outcomes, values)
 
     def _wait_for_database(
-        self, group: list[Job], outcomes: list[_Outcome], awaited: int, now: float
-    ) -> tuple[list[Job], list[_Outcome]]:
+        self, group: list[Job], outcomes: list[Outcome], awaited: int, now: float
+    ) -> tuple[list[Job], list[Outcome]]:
         """``group`` failed because the database is away (nothing of it is on record, or all
         of it is: it runs again whole). Its writes that have not waited their time yet go back
         to the head of their lanes (its first ``awaited`` are awaited writes), in order; the
@@ -272,7 +255,7 @@ class Writer:
         self._barriers += sum(1 for job in keep_background if job.done is not None)
         return [job for job, _ in failed], [outcome for _, outcome in failed]
 
-    def _settle(self, group: list[Job], outcomes: list[_Outcome], values: list[Any]) -> None:
+    def _settle(self, group: list[Job], outcomes: list[Outcome], values: list[Any]) -> None:
         """Tell each write's waiter how it went (a background write's failure is logged)."""
         for job, outcome, value in zip(group, outcomes, values, strict=True):
             done = job.done
@@ -293,85 +276,6 @@ def _report_failure(done: asyncio.Future[Any]) -> None:
     """A ``write_soon`` that failed is logged (its caller may never look at its future)."""
     if not done.cancelled() and (error := done.exception()) is not None:
         logger.error("ordered write failed", exc_info=(type(error), error, error.__traceback__))
-
-
-def _run_group(group: list[Job]) -> tuple[list[_Outcome], list[Any], bool]:
-    """On the database thread: every write of ``group`` in one transaction.
-
-    A write someone waits for runs in a savepoint of its own (failing, it alone is rolled back
-    and its caller gets the error), and so does every write on PostgreSQL, where a failed
-    statement spoils the transaction. SQLite undoes a failed statement alone: its background
-    writes go without (each writes one row, or rows that need not change together). If the
-    transaction itself fails (the connection broke), every write not failed already fails with
-    that error, and the connection is dropped.
-
-    What each write returned comes second; third, whether the group failed because the
-    database went away (its connection is broken, or none could be had): then it runs again,
-    whole, and what its writes took from memory has been put back (``undo_on_retry``)."""
-    outcomes: list[_Outcome] = [None] * len(group)
-    values: list[Any] = [None] * len(group)
-    if all(job.fn is _nothing for job in group):  # only flush barriers: nothing to write
-        return outcomes, values, False
-    if _stale():
-        close_old_connections()
-    every_one = connections["default"].vendor != "sqlite"
-    undo: list[_Undo] = []
-    _undo.callbacks = undo
-    raw: Any = None  # the connection the group started on
-    outer_failed = False
-    try:
-        with transaction.atomic():
-            raw = connections["default"].connection
-            if len(group) == 1:  # its own transaction isolates it
-                values[0] = group[0].fn(*group[0].args)
-            else:
-                for n, job in enumerate(group):
-                    try:
-                        if job.done is not None or every_one:
-                            with transaction.atomic():
-                                values[n] = job.fn(*job.args)
-                        else:
-                            job.fn(*job.args)
-                    except Exception as exc:
-                        outcomes[n] = exc
-                        if job.done is None and not every_one:  # SQLite undid it alone
-                            transaction.set_rollback(False)
-    except Exception as exc:
-        outcomes = [outcome or exc for outcome in outcomes]
-        outer_failed = True
-    finally:
-        _undo.callbacks = None
-    if all(outcome is None for outcome in outcomes):
-        return outcomes, values, False
-    # Gone away: none could be had, the broken one was dropped (and another taken) on the way
-    # out of the transaction, or the one kept does not work.
-    connection = connections["default"]
-    if raw is None or connection.connection is not raw or connection_broken():
-        for callback in reversed(undo):
-            callback()
-        return outcomes, values, True
-    if outer_failed and (len(group) > 1 or connection.errors_occurred):
-        with contextlib.suppress(Exception):
-            connection.close()
-    return outcomes, values, False
-
-
-_undo = threading.local()  # the undo callbacks of the group running on this thread
-
-
-def undo_on_retry(callback: _Undo) -> None:
-    """Called by a write that took data from memory: ``callback`` puts it back, should the
-    write have to run again (its group failed because the database went away)."""
-    callbacks: list[_Undo] | None = getattr(_undo, "callbacks", None)
-    if callbacks is not None:
-        callbacks.append(callback)
-
-
-def _stale() -> bool:
-    """Whether the writer's connection must be checked: a statement on it failed. (Its age
-    does not count: the writer keeps its one connection for as long as it runs.)"""
-    connection = connections["default"]
-    return connection.connection is not None and bool(connection.errors_occurred)
 
 
 _active: Writer | None = None
@@ -406,7 +310,3 @@ def write_soon(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 async def flush() -> None:
     """Wait until every write queued so far, in both lanes, is done."""
     await _writer().flush()
-
-
-def _nothing() -> None:
-    return None
