@@ -11,7 +11,6 @@ Sessions that are not database rows (another ``SESSION_ENGINE``) take that way a
 
 from __future__ import annotations
 
-import functools
 from importlib import import_module
 from typing import Any
 
@@ -27,9 +26,9 @@ from chatbridge.records.store import on_record, owner_key
 __all__ = ["socket_owner"]
 
 
-@functools.cache
 def _session_rows() -> Any:
-    """The model of the sessions' rows, or None when sessions are not database rows."""
+    """The model of the sessions' rows, or None when sessions are not database rows (read
+    from the settings each time: a test may change ``SESSION_ENGINE``)."""
     store = import_module(settings.SESSION_ENGINE).SessionStore
     return store.get_model_class() if issubclass(store, DatabaseSessionStore) else None
 
