@@ -72,7 +72,11 @@ def split_message(wire_message: str) -> tuple[str, dict[str, Any] | None]:
 
 
 def with_context(schema: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``schema`` carrying ``context`` as ``x-model-context`` (if any)."""
+    """``schema`` carrying ``context`` as ``x-model-context`` (if any): a copy, or without a
+    context to add or drop, ``schema`` itself (schemas are shared and read only: every
+    suspended question of a key holds its model's one schema)."""
+    if not context and CONTEXT_KEY not in schema and isinstance(schema, dict):
+        return schema
     out = dict(schema)
     if context:
         out[CONTEXT_KEY] = dict(context)

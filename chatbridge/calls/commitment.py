@@ -141,6 +141,8 @@ def abort_decision_text(decision: AbortDecision, label: str) -> str:
 class CommitmentGuard:
     """One call's commitment: which answer committed it, and an abort asked for since."""
 
+    __slots__ = ("abort", "answer", "commitment", "declared")  # one per call: no dict
+
     def __init__(self, declared: Mapping[str, Commitment]) -> None:
         self.declared = declared  # the tool's own (read only here): not copied per call
         self.commitment: Commitment | None = None

@@ -134,6 +134,8 @@ class ToolContext:
     with the scope identifies it in the journal.
     """
 
+    __slots__ = ("_branches", "_positions", "_state", "depth", "scope")  # one per call
+
     def __init__(self, state: CallState, depth: int = 0, scope: str = "") -> None:
         self._state = state
         self.depth = depth

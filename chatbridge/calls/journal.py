@@ -118,6 +118,9 @@ class JournalEntry:
         return f"{self.kind} {self.key!r}"
 
 
+_NOTHING_UNCONSUMED: frozenset[tuple[str, int]] = frozenset()
+
+
 class Journal:
     """A call's journal: recorded entries by (scope, position), and what replay consumed.
 
@@ -141,9 +144,10 @@ class Journal:
         for entry in parsed:
             if entry.pos is not None:
                 self._add(entry, seqs)
-        # A new call's journal is empty: the shared empty frozenset, not a set of its own.
+        # A new call's journal is empty: one shared empty frozenset, not a set of its own
+        # (``frozenset()`` makes a new one each time since Python 3.10: 216 bytes a call).
         self._unconsumed: set[tuple[str, int]] | frozenset[tuple[str, int]] = (
-            set(self._entries) if self._entries else frozenset()
+            set(self._entries) if self._entries else _NOTHING_UNCONSUMED
         )
         self._last_seq = max(seqs, default=0)
 

@@ -57,6 +57,7 @@ class SessionManager:
         self.url_links = url_links
         self._clock = clock
         self._sessions: dict[str, PluginSession] = {}
+        self._on_finish = self._forget  # one bound method for every session, not one each
         self._reaper: asyncio.Task[None] | None = None
         self._parked: set[str] = set()  # ended here as parked (see ``handed_over``)
 
@@ -90,7 +91,7 @@ class SessionManager:
             journal=journal or (),
             sampler=self.sampler,
             clock=self._clock,
-            on_finish=self._forget,
+            on_finish=self._on_finish,
             observer=self.observer,
             journal_store=self.journal_store,
             meta=meta,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from chatbridge.author.elicit import (
@@ -28,6 +29,7 @@ from chatbridge.author.exceptions import ElicitValidationError
 __all__ = ["FieldErrors", "Question", "Refusal"]
 
 FieldErrors = dict[str, list[str]]
+_NO_ERRORS: Mapping[str, list[str]] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,10 @@ class Question:
     def __init__(self, request: ElicitRequest, *, attempts: int = 0) -> None:
         self.request = request
         self.attempts = attempts  # refused answers, counted here and nowhere else
-        self.refusals: list[Refusal] = []
+        self.refusals: tuple[Refusal, ...] = ()  # most questions see none: no list each
         self.error: ElicitValidationError | None = None  # the last refusal by the model
-        self.errors: FieldErrors = {}  # the last refusal's field errors, whoever refused it
+        # The last refusal's field errors, whoever refused it (none yet: one shared empty map).
+        self.errors: Mapping[str, list[str]] = _NO_ERRORS
         self.shown: Any = None  # what a host last showed for it (the chat's form)
         self.answer: ElicitResult[Any] | None = None
         self.by_page = False  # answered on its URL page: the page's link is spent already
@@ -114,7 +117,7 @@ class Question:
         """Count a refused answer (by the model, or by a form's own checks before it)."""
         refusal = Refusal(dict(data), errors)
         self.attempts += 1
-        self.refusals.append(refusal)
+        self.refusals += (refusal,)
         self.errors = errors
         if error is not None:
             self.error = error

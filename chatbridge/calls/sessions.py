@@ -84,6 +84,38 @@ class SessionInfo:
 class PluginSession(SessionQuestions, SessionStops):
     """One tool call: its task, status, pending question, events and journal."""
 
+    __slots__ = (  # one per call, thousands suspended: no dict
+        "_clock",
+        "_denial",
+        "_events",
+        "_guard",
+        "_journal",
+        "_last",
+        "_last_activity",
+        "_links",
+        "_on_finish",
+        "_outcome",
+        "_parked",
+        "_question",
+        "_refused_on_record",
+        "_sampler",
+        "_state",
+        "_status",
+        "_task",
+        "_terminal",
+        "_wakeups",
+        "aborted_by",
+        "call_id",
+        "created_at",
+        "id",
+        "journal_store",
+        "meta",
+        "observer",
+        "params",
+        "tool",
+        "updated_at",
+    )
+
     def __init__(
         self,
         tool: McpTool[Any, Any],
@@ -122,9 +154,10 @@ class PluginSession(SessionQuestions, SessionStops):
         self._guard.abort = abort_requested
         self._state.on_answer = self._guard.observe
         self._status: SessionStatus = "running"
-        # A plain list and futures made on demand: a suspended session costs little memory.
-        self._events: list[SessionEvent] = []
-        self._wakeups: list[asyncio.Future[None]] = []
+        # Events not consumed yet and futures of waiters, each a list only while it holds
+        # something: a suspended session costs little memory (bench/memory.py).
+        self._events: list[SessionEvent] | None = None
+        self._wakeups: list[asyncio.Future[None]] | None = None  # while someone waits
         self._terminal: SessionEvent | None = None
         # The open question (it keeps its refused answers and what a host showed), the last
         # one asked (hosts tell an answer its page reported from an expiry by it), and the
@@ -216,21 +249,28 @@ class PluginSession(SessionQuestions, SessionStops):
             if self._terminal is not None:
                 return self._terminal
             await self._wait()
-        return self._events.pop(0)
+        events = self._events
+        assert events is not None
+        event = events.pop(0)
+        if not events:
+            self._events = None
+        return event
 
     async def _wait(self) -> None:
         """Sleep until the next event or the end."""
         wakeup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._wakeups is None:
+            self._wakeups = []
         self._wakeups.append(wakeup)
         try:
             await wakeup
         finally:
-            if wakeup in self._wakeups:
+            if self._wakeups is not None and wakeup in self._wakeups:
                 self._wakeups.remove(wakeup)
 
     def _wake(self) -> None:
-        wakeups, self._wakeups = self._wakeups, []
-        for wakeup in wakeups:
+        wakeups, self._wakeups = self._wakeups, None
+        for wakeup in wakeups or ():
             if not wakeup.done():
                 wakeup.set_result(None)
 
@@ -354,9 +394,15 @@ class PluginSession(SessionQuestions, SessionStops):
         if self._terminal is not None:
             return False
         self._touch()
-        self._events.append(event)
+        self._queue(event)
         self._wake()
         return True
+
+    def _queue(self, event: SessionEvent) -> None:
+        if self._events is None:
+            self._events = [event]
+        else:
+            self._events.append(event)
 
     async def _observe_end(self) -> None:
         ended = self._terminal
@@ -369,7 +415,7 @@ class PluginSession(SessionQuestions, SessionStops):
         self._outcome = self._outcome_of(event)
         self._status = status
         self._touch()
-        self._events.append(event)
+        self._queue(event)
         self._terminal = event
         self._wake()
         if self._on_finish is not None:
