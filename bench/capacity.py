@@ -149,6 +149,7 @@ def rung(
         "lag_p99_ms": lag_ms,
         "cpu_s": cpu,
         "cpu_per_booking_ms": cpu / stats.completed * 1000 if stats.completed else float("nan"),
+        "frames": sum(stats.frames) / len(stats.frames) if stats.frames else float("nan"),
         "server_util": cpu / wall if wall else float("nan"),
         "client_cpu_s": client,
         "wall_s": wall,
@@ -203,6 +204,7 @@ def rung_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
             r["first"]["p99"],
             r["open"]["p99"],
             r["cpu_per_booking_ms"],
+            r["frames"],
             f"{r['server_util']:.0%}",
             r["client_cpu_s"],
             r["lag_p99_ms"],
@@ -215,7 +217,7 @@ def rung_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
 RUNG_HEADERS = [
     "bookings/s", "chats", "done", "errors", "flight→seat p50 ms", "p99 ms", "seat→review p99",
     "message→first form p99", "page+socket open p99", "server CPU ms/booking",
-    "server CPU/wall", "client CPU s", "client start lag p99 ms", "rung",
+    "frames/booking", "server CPU/wall", "client CPU s", "client start lag p99 ms", "rung",
 ]  # fmt: skip
 
 
@@ -383,7 +385,9 @@ def main() -> None:
         f"ladder stops at the first miss"
         + (", then tries the midpoint once" if bisect else "")
         + ". Server CPU = utime + stime of the server process(es) over the rung "
-        "(/proc/PID/stat); client start lag = how late the load client itself started a "
+        "(/proc/PID/stat); frames/booking = WebSocket frames a browser received from its "
+        "socket's opening to its booking's end (fewer when its socket fell behind and its "
+        "events went coalesced); client start lag = how late the load client itself started a "
         "browser against the schedule (large: the rate was not really offered)."
     )
     body = [

@@ -262,6 +262,7 @@ class Chat:
         self.cookie = self.conversation_id = ""
         self.socket: Any = None
         self.last_size = 0
+        self.frames = 0  # frames received (a socket that is behind gets them coalesced)
 
     async def open(self) -> Chat:
         async with self.http.get(f"{self.base}/", allow_redirects=False) as response:
@@ -292,6 +293,7 @@ class Chat:
             message = await self.socket.receive(timeout=remaining)
             if message.type != aiohttp.WSMsgType.TEXT:
                 raise ConnectionError(f"socket: {message.type} {message.data!r}")
+            self.frames += 1
             event = json.loads(message.data)
             if event.get("type") == "error":
                 raise RuntimeError(f"server error event: {event}")

@@ -53,6 +53,7 @@ class Stats:
         self.open_rt: list[float] = []  # GET / → socket open → conversation_state (visit)
         self.start_lag: list[float] = []  # client lateness against the schedule (visit)
         self.errors: list[str] = []
+        self.frames: list[int] = []  # frames a browser received, socket open to booked
         self.completed = 0
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -109,6 +110,7 @@ async def visit(
         return
     try:
         await booking(chat, stats, 0.0, think, timeout)
+        stats.frames.append(chat.frames)
     finally:
         await chat.close()
 

@@ -20,6 +20,7 @@ from chatbridge.author.human import nul_refusal
 from chatbridge.calls import strict_json
 from chatbridge.calls.storable import nul_at
 from chatbridge.chat.broadcast import announce, attach, detach
+from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.rendering import SocketView, render_event
@@ -330,11 +331,14 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     async def _send_outbox(self) -> None:
         while True:
-            event = await self.outbox.get()
-            try:
-                await self.send_event(event)
-            except Exception:  # one event that cannot be sent does not end the socket
-                logger.exception("event %s not sent to a socket", event.type)
+            batch = [await self.outbox.get()]
+            while not self.outbox.empty():  # behind: what is queued goes coalesced
+                batch.append(self.outbox.get_nowait())
+            for event in coalesce(batch):
+                try:
+                    await self.send_event(event)
+                except Exception:  # one event that cannot be sent does not end the socket
+                    logger.exception("event %s not sent to a socket", event.type)
 
     async def send_event(self, event: ChatEvent) -> None:
         if self.closed:
