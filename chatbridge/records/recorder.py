@@ -89,12 +89,31 @@ def _keep_status(session_id: str, fields: dict[str, Any]) -> bool:
     return not queued
 
 
-def _save_status(session_id: str) -> None:
+def _save_status(session_id: str) -> bool | None:
+    """Write the call's latest snapshot, fenced by its lease: whether this worker holds the
+    call (the update found its row), or None if no snapshot was left to write."""
     with _latest_status_lock:
         fields = _latest_status.pop(session_id, None)
-    if fields is not None:
-        undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
-        lean_sql.update(ToolSession, fields, **lease.held(session_id))
+    if fields is None:
+        return None
+    undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
+    return bool(lean_sql.update(ToolSession, fields, **lease.held(session_id)))
+
+
+_Asked = tuple[str, int, str, str, dict[str, Any], Any]  # ``_requested``'s arguments
+
+
+def _save_question(session_id: str, asked: _Asked | None) -> None:
+    """A question on record before it is shown, in one job: the call's status with the
+    question (fenced by the lease) and the question's journal request, whose lease check is
+    that update (no read of its own)."""
+    held = _save_status(session_id)
+    if asked is None:
+        return
+    if held is None:  # an earlier group wrote the snapshot: the request checks for itself
+        _requested(*asked)
+    elif held:
+        _request_row(*asked)
 
 
 def _put_back(latest: dict[str, Any], lock: threading.Lock, key: str, value: Any) -> None:
@@ -107,8 +126,15 @@ def _put_back(latest: dict[str, Any], lock: threading.Lock, key: str, value: Any
 def _requested(
     session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
 ) -> None:
-    if lean_sql.select(ToolSession, ("id",), **lease.held(session_id)) is None:
-        return  # not this worker's call (any more)
+    if lean_sql.select(ToolSession, ("id",), **lease.held(session_id)) is not None:
+        _request_row(session_id, seq, kind, key, request, at)
+    # else: not this worker's call (any more)
+
+
+def _request_row(
+    session_id: str, seq: int, kind: str, key: str, request: dict[str, Any], at: Any
+) -> None:
+    """The journal's record of a request (the lease checked by the caller)."""
     fields = {
         "kind": kind,
         "key": key,
@@ -124,7 +150,10 @@ def _requested(
 
 
 def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = False) -> None:
-    """Write ``entry`` in one transaction with the check that this worker holds the call.
+    """Write ``entry`` in one transaction with the check that this worker holds the call: a
+    ``write_now``, which the writer runs in a transaction or savepoint of its own, so the
+    check and the entry stand or fall together (no savepoint of its own: two statements less
+    on an answer's way to the tool).
 
     The fenced update of the call's row is the check (and takes the row's lock where the
     database has row locks); only when it finds nothing is the row read, to say why. An entry
@@ -132,22 +161,21 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
     row: dict[str, Any] = {"updated_at": now}
     if commits:
         row["committed"] = entry.key
-    with transaction.atomic():
-        if not lean_sql.update(ToolSession, row, **lease.held(session_id)):
-            lease.check(session_id)  # raises: no such row, or another worker holds the call
-        # The (session, scope, pos) constraint refuses a second writer of the same slot.
-        fields = {
-            "kind": entry.kind,
-            "key": entry.key,
-            "scope": entry.scope,
-            "pos": entry.pos,
-            "digest": entry.digest or "",
-            "result": entry.result,
-            "answered_at": now,
-        }
-        where = {"session_id": session_id, "seq": entry.seq}
-        if not lean_sql.update(JournalRecord, fields, **where):
-            lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
+    if not lean_sql.update(ToolSession, row, **lease.held(session_id)):
+        lease.check(session_id)  # raises: no such row, or another worker holds the call
+    # The (session, scope, pos) constraint refuses a second writer of the same slot.
+    fields = {
+        "kind": entry.kind,
+        "key": entry.key,
+        "scope": entry.scope,
+        "pos": entry.pos,
+        "digest": entry.digest or "",
+        "result": entry.result,
+        "answered_at": now,
+    }
+    where = {"session_id": session_id, "seq": entry.seq}
+    if not lean_sql.update(JournalRecord, fields, **where):
+        lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
 
 
 def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
@@ -266,6 +294,8 @@ class DjangoRecorder:
     def __init__(self) -> None:
         # Call id → loop time of its last write fenced by its lease (``HELD_FRESH``).
         self._held_at: dict[str, float] = {}
+        # Call id → its question's journal request, until the status that shows it is written.
+        self._asked: dict[str, _Asked] = {}
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         commitment = session.commitment
@@ -295,15 +325,23 @@ class DjangoRecorder:
         # record before it is shown (operators and other workers look for it there); the
         # other changes are written in the background, the latest of a burst once.
         queued = not _keep_status(session.id, _status_snapshot(session))
+        asked = self._asked.pop(session.id, None)
         if session.status == "awaiting_elicit":
-            await write_now(_save_status, session.id)
-        elif not queued:
+            await write_now(_save_question, session.id, asked)
+            return
+        if asked is not None:  # answered before it waited (its page had reported)
+            write_later(_requested, *asked)
+        if not queued:
             write_later(_save_status, session.id)
 
     async def capability_requested(
         self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
     ) -> None:
-        write_later(_requested, session.id, seq, kind, key, request, timezone.now())
+        asked = (session.id, seq, kind, key, request, timezone.now())
+        if kind == "elicit":  # written with the status that shows it (``status_changed``)
+            self._asked[session.id] = asked
+        else:
+            write_later(_requested, *asked)
 
     async def capability_recorded(self, session: PluginSession, entry: JournalEntry) -> None:
         return None  # ``append`` wrote it, durably, before the tool went on
@@ -343,6 +381,9 @@ class DjangoRecorder:
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
         self._held_at.pop(session.id, None)
+        asked = self._asked.pop(session.id, None)
+        if asked is not None:  # asked, then ended before it was shown
+            write_later(_requested, *asked)
         fields = _ended_snapshot(session, event)
         if _chat(session):  # its result message follows: the turn's next waited write
             write_soon(_ended_fields, session.id, fields)
