@@ -56,6 +56,7 @@ EXPECTED_PATH = (
     "chatbridge/author/elicit.py",
     "chatbridge/author/plugins.py",
     "chatbridge/author/rules.py",
+    "chatbridge/calls/call_state.py",
     "chatbridge/calls/commitment.py",
     "chatbridge/calls/context.py",
     "chatbridge/calls/drive.py",

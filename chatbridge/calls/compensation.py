@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 
+from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import COMPENSATION_SCOPE, CommitmentGuard, CommitmentNote
-from chatbridge.calls.context import CallState, ToolContext
+from chatbridge.calls.context import ToolContext
 
 __all__ = ["compensate"]
 

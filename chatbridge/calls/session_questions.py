@@ -26,8 +26,8 @@ from chatbridge.author.exceptions import (
     UrlQuestionsUnavailable,
     technical_errors,
 )
+from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
-from chatbridge.calls.context import CallState
 from chatbridge.calls.events import ElicitEvent, SessionEvent
 from chatbridge.calls.journal import Journal
 from chatbridge.calls.links import UrlLinks

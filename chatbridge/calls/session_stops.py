@@ -13,9 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from chatbridge.author.exceptions import ClaimLost, JournalWriteFailed, SessionAborted
+from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard, CommitmentNote
 from chatbridge.calls.compensation import compensate
-from chatbridge.calls.context import CallState
 from chatbridge.calls.events import AbortedEvent, SessionEvent
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.question import Question

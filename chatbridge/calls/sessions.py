@@ -30,8 +30,9 @@ from chatbridge.author.exceptions import (
 )
 from chatbridge.author.sampling import Sampler, SampleRequest, SampleResult
 from chatbridge.author.tools import McpTool
+from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import Commitment, CommitmentGuard
-from chatbridge.calls.context import CallState, ToolContext
+from chatbridge.calls.context import ToolContext
 from chatbridge.calls.events import (
     AbortedEvent,
     CompletedEvent,

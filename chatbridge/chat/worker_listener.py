@@ -41,12 +41,12 @@ from chatbridge.chat.broadcast import (
     join_round,
     publish,
 )
+from chatbridge.chat.routed_commands import routed_outcome
 from chatbridge.chat.worker_messages import (
     AbortCall,
     Aborted,
     Answered,
     ChatEventCopy,
-    CommandDone,
     Delivered,
     Held,
     Hidden,
@@ -73,14 +73,8 @@ from chatbridge.chat.workers import WORKERS_GROUP, worker_group
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,
-    Abort,
-    Approve,
-    Command,
-    Deny,
     ElicitResponseCommand,
     ErrorEvent,
-    Stop,
-    UserMessageCommand,
 )
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.records.store import HEARTBEAT_SECONDS, beat, forget_worker
@@ -325,38 +319,9 @@ class WorkerListener:
         """Carry out a user's abort, approve or deny routed here; tell the sender how it went
         (if this fails, the sender times out and says so)."""
         try:
-            await reply(await self._outcome(message.conversation_id, message.command))
+            await reply(await routed_outcome(self.hub, message.conversation_id, message.command))
         except Exception:
             logger.exception("routed %s failed", message.command.type)
-
-    async def _outcome(self, conversation_id: str, command: Command) -> CommandDone:
-        hub = self.hub
-        try:
-            match command:
-                case Abort():
-                    await hub.abort(
-                        conversation_id, command.session_id, command.reason, routed=True
-                    )
-                case Approve():
-                    await hub.decide(conversation_id, command.call_id, True, routed=True)
-                case Deny():
-                    await hub.decide(
-                        conversation_id, command.call_id, False, command.reason, routed=True
-                    )
-                case Stop():
-                    await hub.stop(conversation_id, routed=True)
-                case UserMessageCommand() | ElicitResponseCommand():
-                    return CommandDone(
-                        worker=WORKER_ID,
-                        ok=False,
-                        code="BAD_COMMAND",
-                        message=f"A {command.type!r} command is not routed between workers.",
-                    )
-                case _:
-                    assert_never(command)
-        except CommandRefused as exc:
-            return CommandDone(worker=WORKER_ID, ok=False, code=exc.code, message=str(exc))
-        return CommandDone(worker=WORKER_ID, ok=True)
 
 
 async def _answer_showing(word: Showing) -> None:
