@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 
 from chatbridge.chat.models import Conversation
-from chatbridge.records.writer import Writer, WriterNotRunning
+from chatbridge.records.writer import Writer, WriterNotRunning, undo_on_retry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -174,6 +174,30 @@ async def test_a_failing_awaited_write_raises_in_its_caller_alone(writer: Writer
     await other
     await writer.flush()
     assert sorted(await titles()) == ["also kept", "kept", "x"]
+
+
+async def test_a_group_whose_awaited_write_fails_runs_again_taking_from_memory_again(
+    writer: Writer,
+) -> None:
+    """A group runs without savepoints first; when a write that must fail alone fails, it is
+    rolled back, what its writes took from memory is put back, and it runs again with a
+    savepoint for each: the write before the failing one commits once, with what it took."""
+    kept = {"title": "from memory"}
+
+    def take_from_memory() -> None:
+        title = kept.pop("title", None)
+        if title is None:
+            return
+        undo_on_retry(lambda: kept.update(title=title))
+        titled(title)
+
+    outcomes: list[object] = await asyncio.gather(
+        writer.now(take_from_memory), writer.now(raises), return_exceptions=True
+    )
+    assert outcomes[0] is None and isinstance(outcomes[1], ValueError)
+    await writer.flush()
+    assert await titles() == ["from memory"]
+    assert kept == {}
 
 
 async def test_closing_runs_every_queued_write_and_refuses_new_ones() -> None:

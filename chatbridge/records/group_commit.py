@@ -1,5 +1,5 @@
-"""A group of writes on the database thread: one transaction, a savepoint for each write that
-must fail alone, and whether the database went away meanwhile (``Writer`` in
+"""A group of writes on the database thread: one transaction (a savepoint for each write that
+must fail alone, once one did), and whether the database went away meanwhile (``Writer`` in
 ``chatbridge.records.writer`` queues the writes and hands them over in groups)."""
 
 from __future__ import annotations
@@ -35,22 +35,37 @@ class Job:
 def run_group(group: list[Job]) -> tuple[list[Outcome], list[Any], bool]:
     """On the database thread: every write of ``group`` in one transaction.
 
-    A write someone waits for runs in a savepoint of its own (failing, it alone is rolled back
-    and its caller gets the error), and so does every write on PostgreSQL, where a failed
-    statement spoils the transaction. SQLite undoes a failed statement alone: its background
-    writes go without (each writes one row, or rows that need not change together). If the
-    transaction itself fails (the connection broke), every write not failed already fails with
-    that error, and the connection is dropped.
+    A write someone waits for must fail alone (rolled back, its caller gets the error), and so
+    must every write on PostgreSQL, where a failed statement spoils the transaction. SQLite
+    undoes a failed statement alone: its background writes go without. The group first runs
+    without a savepoint for any write (two statements less each: writes rarely fail); if one
+    that must fail alone fails, the transaction is rolled back, what the writes took from
+    memory is put back (``undo_on_retry``), and the group runs again with a savepoint for each
+    such write. If the transaction itself fails (the connection broke), every write not failed
+    already fails with that error, and the connection is dropped.
 
     What each write returned comes second; third, whether the group failed because the
     database went away (its connection is broken, or none could be had): then it runs again,
-    whole, and what its writes took from memory has been put back (``undo_on_retry``)."""
-    outcomes: list[Outcome] = [None] * len(group)
-    values: list[Any] = [None] * len(group)
+    whole, and what its writes took from memory has been put back."""
     if all(job.fn is nothing for job in group):  # only flush barriers: nothing to write
-        return outcomes, values, False
+        return [None] * len(group), [None] * len(group), False
     if _stale():
         close_old_connections()
+    if len(group) > 1:
+        try:
+            return _attempt(group, isolate=False)
+        except _OneMustFailAlone:
+            pass  # rolled back, and what it took put back: again, each such write apart
+    return _attempt(group, isolate=True)
+
+
+class _OneMustFailAlone(Exception):
+    """A write that must fail alone failed in a group run without savepoints."""
+
+
+def _attempt(group: list[Job], *, isolate: bool) -> tuple[list[Outcome], list[Any], bool]:
+    outcomes: list[Outcome] = [None] * len(group)
+    values: list[Any] = [None] * len(group)
     every_one = connections["default"].vendor != "sqlite"
     undo: list[_Undo] = []
     _undo.callbacks = undo
@@ -63,16 +78,23 @@ def run_group(group: list[Job]) -> tuple[list[Outcome], list[Any], bool]:
                 values[0] = group[0].fn(*group[0].args)
             else:
                 for n, job in enumerate(group):
+                    alone = job.done is not None or every_one
                     try:
-                        if job.done is not None or every_one:
+                        if alone and isolate:
                             with transaction.atomic():
                                 values[n] = job.fn(*job.args)
                         else:
-                            job.fn(*job.args)
+                            values[n] = job.fn(*job.args)
                     except Exception as exc:
+                        if alone and not isolate:
+                            raise _OneMustFailAlone from exc
                         outcomes[n] = exc
-                        if job.done is None and not every_one:  # SQLite undid it alone
+                        if not alone:  # SQLite undid it alone
                             transaction.set_rollback(False)
+    except _OneMustFailAlone:
+        for callback in reversed(undo):
+            callback()
+        raise
     except Exception as exc:
         outcomes = [outcome or exc for outcome in outcomes]
         outer_failed = True

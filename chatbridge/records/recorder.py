@@ -157,8 +157,14 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
 
     The fenced update of the call's row is the check (and takes the row's lock where the
     database has row locks); only when it finds nothing is the row read, to say why. An entry
-    that ``commits`` the call marks its row committed in the same transaction."""
-    row: dict[str, Any] = {"updated_at": now}
+    that ``commits`` the call marks its row committed in the same transaction, and the call's
+    status snapshot waiting to be written (``running``, once the answer came) goes in the same
+    update."""
+    with _latest_status_lock:
+        snapshot = _latest_status.pop(session_id, None)
+    if snapshot is not None:
+        undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, snapshot))
+    row: dict[str, Any] = {**(snapshot or {}), "updated_at": now}
     if commits:
         row["committed"] = entry.key
     if not lean_sql.update(ToolSession, row, **lease.held(session_id)):
