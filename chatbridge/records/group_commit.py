@@ -54,7 +54,7 @@ def run_group(group: list[Job]) -> tuple[list[Outcome], list[Any], bool]:
     if len(group) > 1:
         try:
             return _attempt(group, isolate=False)
-        except _OneMustFailAlone:
+        except _OneMustFailAlone:  # not the database gone: that is an outage, as below
             pass  # rolled back, and what it took put back: again, each such write apart
     return _attempt(group, isolate=True)
 
@@ -91,9 +91,13 @@ def _attempt(group: list[Job], *, isolate: bool) -> tuple[list[Outcome], list[An
                         outcomes[n] = exc
                         if not alone:  # SQLite undid it alone
                             transaction.set_rollback(False)
-    except _OneMustFailAlone:
+    except _OneMustFailAlone as failed:
         for callback in reversed(undo):
             callback()
+        connection = connections["default"]
+        if raw is None or connection.connection is not raw or connection_broken():
+            cause = failed.__cause__  # gone away: the group runs again whole, later
+            return [cause] * len(group), values, True
         raise
     except Exception as exc:
         outcomes = [outcome or exc for outcome in outcomes]
