@@ -17,7 +17,6 @@ import logging
 import threading
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
@@ -219,17 +218,16 @@ def _save_notes(call_id: str) -> None:
     if notes is None:
         return
     undo_on_retry(lambda: _notes_back(call_id, notes))
-    with transaction.atomic():  # the row locked: the kept lines are read, then extended
+    fields: dict[str, Any] = {}
+    if notes["progress"] is not None:
+        fields["progress"] = notes["progress"]
+    if notes["logs"]:  # the kept lines are read, then extended: the row locked till commit
         row = lean_sql.select(ToolSession, ("logs",), for_update=True, **lease.held(call_id))
         if row is None:
             return
-        fields: dict[str, Any] = {}
-        if notes["logs"]:
-            fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
-        if notes["progress"] is not None:
-            fields["progress"] = notes["progress"]
-        if fields:
-            lean_sql.update(ToolSession, fields, **lease.held(call_id))
+        fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
+    if fields:  # progress alone: one fenced update, nothing read
+        lean_sql.update(ToolSession, fields, **lease.held(call_id))
 
 
 def _notes_back(call_id: str, notes: dict[str, Any]) -> None:
