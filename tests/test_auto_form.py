@@ -176,3 +176,16 @@ async def test_a_refused_form_keeps_an_empty_required_select_empty_and_links_its
     rating = re.search(r'<input [^>]*id="af-c2-rating"[^>]*>', first)
     assert rating is not None and 'aria-describedby="af-c2-rating-help"' in rating.group(0)
     assert '<p class="help" id="af-c2-rating-help">' in first
+
+
+def test_a_first_showing_is_drawn_once_per_schema_with_each_calls_ids() -> None:
+    """The fields of a question shown for the first time come from one drawing per schema,
+    with the call's id put in: the same HTML as a drawing of their own, ids escaped alike."""
+    from chatbridge.chat.auto_forms import _drawn, auto_fields
+
+    for call_id in ("call_1", "call_2", "call_<\"&'>"):
+        cached = auto_fields(SCHEMA, None, None, call_id)
+        assert cached == _drawn(SCHEMA, None, None, call_id)
+        assert all("\x00" not in field.widget for field in cached)
+    assert f'id="af-call_2-{cached[0].name}"' in auto_fields(SCHEMA, None, None, "call_2")[0].widget
+    assert "af-call_&lt;&quot;&amp;&#x27;&gt;-" in cached[0].widget

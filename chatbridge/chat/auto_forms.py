@@ -17,7 +17,7 @@ other transport. Core's ``auto_form`` handler reaches this module through
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from json import dumps, loads
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 from django import forms
 from django.forms.utils import ErrorDict, ErrorList
 from django.utils.datastructures import MultiValueDict
+from django.utils.html import escape
 from django.utils.safestring import SafeString
 
 from chatbridge.author.schema import resolve_ref
@@ -202,6 +203,16 @@ class AutoField:
     errors: list[str]
     error_id: str
 
+    def for_call(self, call_id: str) -> AutoField:
+        """This field, drawn for every call, with ``call_id`` in its ids (escaped in the widget's
+        HTML, as Django escapes what it draws; the ids are escaped where they are shown)."""
+        return replace(
+            self,
+            widget=SafeString(self.widget.replace(_CALL, escape(call_id))),
+            help_id=self.help_id.replace(_CALL, call_id),
+            error_id=self.error_id.replace(_CALL, call_id),
+        )
+
 
 def auto_fields(
     schema: Mapping[str, Any],
@@ -210,7 +221,30 @@ def auto_fields(
     call_id: str,
 ) -> list[AutoField]:
     """The fields of the form, each widget drawn by Django with its help and errors named
-    (``aria-describedby``), refused ones marked (``aria-invalid``, the first takes the focus)."""
+    (``aria-describedby``), refused ones marked (``aria-invalid``, the first takes the focus).
+
+    A question shown for the first time (no values, no errors) is drawn once per schema and
+    the call's id put into its ids: Django's widget templates cost more than the rest of the
+    question's card, and every call of a key draws the same fields."""
+    if values or errors:
+        return _drawn(schema, values, errors, call_id)
+    return [field.for_call(call_id) for field in _blank(_plain(schema))]
+
+
+_CALL = "\x00call\x00"  # where a call's id goes in fields drawn for every call
+
+
+@cache
+def _blank(schema_text: str) -> tuple[AutoField, ...]:
+    return tuple(_drawn(loads(schema_text), None, None, _CALL))
+
+
+def _drawn(
+    schema: Mapping[str, Any],
+    values: Mapping[str, Any] | None,
+    errors: Mapping[str, list[str]] | None,
+    call_id: str,
+) -> list[AutoField]:
     form = build_form(schema, values, errors, prefix_id=f"af-{call_id}")
     drawn = []
     for bound in form:
