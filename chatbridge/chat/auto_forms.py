@@ -171,10 +171,10 @@ def read_post(schema: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, A
     """A browser's post as the model reads it, by each field's widget: checkboxes become
     booleans and lists, empty optional inputs are left out (their defaults apply), unknown
     names are dropped."""
-    form = build_form(schema)
     post = _multi(data)
     out: dict[str, Any] = {}
-    for name, field in form.fields.items():
+    # The class's fields, read only: a form of its own would deep-copy every field first.
+    for name, field in _form_class(_plain(schema)).base_fields.items():
         value = field.widget.value_from_datadict(post, MultiValueDict(), name)
         if isinstance(field, forms.BooleanField | forms.MultipleChoiceField):
             out[name] = value if value is not None else []
