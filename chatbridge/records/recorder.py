@@ -279,6 +279,11 @@ def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
         logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
 
 
+# MCP calls held open by their request (pushed questions, or ``_respond``): their client reaches
+# them only through questions, each on record before it is asked (``runtime.HELD_BY_REQUEST``).
+_HELD_BY_REQUEST = ("mcp-push", "mcp-respond")
+
+
 def _chat(session: PluginSession) -> bool:
     """A call of the chat: its turn goes on to a write that waits (the tool's next question,
     its result message, the turn's release), which carries what the call queued before it."""
@@ -290,8 +295,10 @@ class DjangoRecorder:
 
     Status changes, requests and refused answers are queued; each journal entry is waited
     for (the entry exists before the tool acts on the answer), and so is a question (on
-    record before it is shown). A call's row is waited for too, except in the chat, where it
-    joins the writer's ordered lane and the call's first write that waits carries it. A failed
+    record before it is shown). A call's row joins the writer's ordered lane, and the call's
+    first write that waits carries it, in the chat and for an MCP call held open by its request
+    (its client reaches it only through its questions); a task's or a round's row is waited for
+    (its client may ask another worker for it at once). A failed
     journal write raises to the session, which stops the call.
     """
 
@@ -319,9 +326,9 @@ class DjangoRecorder:
         self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def session_started(self, session: PluginSession) -> None:
-        if _chat(session):
+        if _chat(session) or session.meta.get("transport") in _HELD_BY_REQUEST:
             write_soon(_started, session)
-        else:
+        else:  # a task's or a round's client may ask another worker for it at once
             await write_now(_started, session)
 
     async def status_changed(self, session: PluginSession) -> None:
