@@ -71,31 +71,42 @@ def owner_key(user: Any, session_key: str | None) -> str | None:
 
 
 def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
-    with transaction.atomic():  # the conversation's row locked: one writer of its next seq
-        if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
-            raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
-        if lean_sql.select(Message, ("id",), id=message_id) is not None:
-            return  # written by a run whose commit was cut off (the database went away)
-        last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
-        now = timezone.now()
-        lean_sql.insert(
-            Message,
-            {
-                "id": message_id,
-                "conversation_id": conversation_id,
-                "seq": last + 1,
-                "role": message["role"],
-                "content": message.get("content") or "",
-                "tool_calls": message.get("tool_calls"),
-                "tool_call_id": message.get("tool_call_id") or "",
-                "stopped": bool(message.get("stopped")),  # not part of what the model reads
-                "created_at": now,
-            },
-        )
-        changed: dict[str, Any] = {"updated_at": now}
-        if message["role"] == "user" and last == 0:
-            changed["title"] = title_of(str(message.get("content") or ""))
-        lean_sql.update(Conversation, changed, id=conversation_id)
+    """Append ``message`` to the conversation, in a transaction: the writer's own (it gives
+    every write that must fail alone a transaction or savepoint), else one of its own."""
+    if transaction.get_connection().in_atomic_block:
+        _append_message(conversation_id, message_id, message)
+    else:
+        with transaction.atomic():
+            _append_message(conversation_id, message_id, message)
+
+
+def _append_message(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+    """The message appended; the conversation's row locked till commit: one writer of its
+    next seq."""
+    if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
+        raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+    if lean_sql.select(Message, ("id",), id=message_id) is not None:
+        return  # written by a run whose commit was cut off (the database went away)
+    last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
+    now = timezone.now()
+    lean_sql.insert(
+        Message,
+        {
+            "id": message_id,
+            "conversation_id": conversation_id,
+            "seq": last + 1,
+            "role": message["role"],
+            "content": message.get("content") or "",
+            "tool_calls": message.get("tool_calls"),
+            "tool_call_id": message.get("tool_call_id") or "",
+            "stopped": bool(message.get("stopped")),  # not part of what the model reads
+            "created_at": now,
+        },
+    )
+    changed: dict[str, Any] = {"updated_at": now}
+    if message["role"] == "user" and last == 0:
+        changed["title"] = title_of(str(message.get("content") or ""))
+    lean_sql.update(Conversation, changed, id=conversation_id)
 
 
 def _take_and_read(conversation_id: str, replacing: str, new: bool) -> list[dict[str, Any]] | None:
