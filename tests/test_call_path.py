@@ -64,6 +64,7 @@ EXPECTED_PATH = (
     "chatbridge/calls/manager.py",
     "chatbridge/calls/observer.py",
     "chatbridge/calls/question.py",
+    "chatbridge/calls/session_events.py",
     "chatbridge/calls/session_questions.py",
     "chatbridge/calls/sessions.py",
     "chatbridge/calls/storable.py",

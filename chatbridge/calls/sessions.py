@@ -53,6 +53,7 @@ from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import Outcome, aborted, completed, failed
 from chatbridge.calls.question import Question
+from chatbridge.calls.session_events import SessionEvents
 from chatbridge.calls.session_questions import SessionQuestions
 from chatbridge.calls.session_stops import PARKED, SessionStops
 
@@ -82,7 +83,7 @@ class SessionInfo:
     idle_seconds: float
 
 
-class PluginSession(SessionQuestions, SessionStops):
+class PluginSession(SessionEvents, SessionQuestions, SessionStops):
     """One tool call: its task, status, pending question, events and journal."""
 
     __slots__ = (  # one per call, thousands suspended: no dict
@@ -238,43 +239,6 @@ class PluginSession(SessionQuestions, SessionStops):
         while self._terminal is None and self._status != "awaiting_elicit":
             await self._wait()
 
-    async def wait_finished(self) -> SessionEvent:
-        """Wait until the session ends (without consuming events); return its terminal event."""
-        while self._terminal is None:
-            await self._wait()
-        return self._terminal
-
-    async def next_event(self) -> SessionEvent:
-        """The next event; once the session has ended, its terminal event again and again."""
-        while not self._events:
-            if self._terminal is not None:
-                return self._terminal
-            await self._wait()
-        events = self._events
-        assert events is not None
-        event = events.pop(0)
-        if not events:
-            self._events = None
-        return event
-
-    async def _wait(self) -> None:
-        """Sleep until the next event or the end."""
-        wakeup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._wakeups is None:
-            self._wakeups = []
-        self._wakeups.append(wakeup)
-        try:
-            await wakeup
-        finally:
-            if self._wakeups is not None and wakeup in self._wakeups:
-                self._wakeups.remove(wakeup)
-
-    def _wake(self) -> None:
-        wakeups, self._wakeups = self._wakeups, None
-        for wakeup in wakeups or ():
-            if not wakeup.done():
-                wakeup.set_result(None)
-
     # -- CapabilityHost ---------------------------------------------------------------------
 
     async def complete(self, request: SampleRequest) -> SampleResult:
@@ -398,12 +362,6 @@ class PluginSession(SessionQuestions, SessionStops):
         self._queue(event)
         self._wake()
         return True
-
-    def _queue(self, event: SessionEvent) -> None:
-        if self._events is None:
-            self._events = [event]
-        else:
-            self._events.append(event)
 
     async def _observe_end(self) -> None:
         ended = self._terminal

@@ -3,7 +3,8 @@
 Two roles: ``DjangoRecorder.append`` is the session's ``JournalStore`` (a journal entry is
 durable, and written only by the worker holding the call, or the call stops); the rest is
 its ``SessionObserver`` (status, requests, refused answers: best effort, for the admin; a
-call's last log lines and latest progress, for its card after a page reload).
+call's last log lines and latest progress, for its card after a page reload:
+``chatbridge.records.call_notes``).
 Every write about a call is fenced by its lease (``chatbridge.records.lease``): a worker that
 lost the call never overwrites what the new holder records, and a call is started here only
 if no other worker holds it.
@@ -12,7 +13,6 @@ if no other worker holds it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from typing import Any
@@ -25,6 +25,7 @@ from chatbridge.calls.outcome import describe
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records import lean_sql, lease
+from chatbridge.records.call_notes import MAX_LOG_LINES, log_line, note, progress_note, save_notes
 from chatbridge.records.lease import WORKER_ID
 from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
@@ -191,63 +192,6 @@ def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any
         record.save(update_fields=["rejected"])
 
 
-MAX_LOG_LINES = 50  # a call keeps its last 50 log lines
-MAX_LOG_TEXT = 2000  # characters of a log line's message kept
-
-# A call's log lines and progress since its last write, per call id: a burst of lines is one
-# write. The event loop adds and the writer thread takes: every access holds the lock.
-_notes: dict[str, dict[str, Any]] = {}
-_notes_lock = threading.Lock()
-
-
-def _note(call_id: str, *, log: dict[str, Any] | None = None, progress: Any = None) -> bool:
-    """Keep a log line or the latest progress; True if a write must be queued (none is)."""
-    with _notes_lock:
-        queued = call_id in _notes
-        notes = _notes.setdefault(call_id, {"logs": [], "progress": None})
-        if log is not None:
-            notes["logs"] = [*notes["logs"], log][-MAX_LOG_LINES:]
-        if progress is not None:
-            notes["progress"] = progress
-    return not queued
-
-
-def _save_notes(call_id: str) -> None:
-    with _notes_lock:
-        notes = _notes.pop(call_id, None)
-    if notes is None:
-        return
-    undo_on_retry(lambda: _notes_back(call_id, notes))
-    fields: dict[str, Any] = {}
-    if notes["progress"] is not None:
-        fields["progress"] = notes["progress"]
-    if notes["logs"]:  # the kept lines are read, then extended: the row locked till commit
-        row = lean_sql.select(ToolSession, ("logs",), for_update=True, **lease.held(call_id))
-        if row is None:
-            return
-        fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
-    if fields:  # progress alone: one fenced update, nothing read
-        lean_sql.update(ToolSession, fields, **lease.held(call_id))
-
-
-def _notes_back(call_id: str, notes: dict[str, Any]) -> None:
-    """The notes a write took, back before those that came since (it runs again: the
-    database went away). Should its commit have happened after all, those lines show twice
-    in the call's card: they are not worth a statement more on every write."""
-    with _notes_lock:
-        newer = _notes.get(call_id)
-        if newer is None:
-            _notes[call_id] = notes
-        else:
-            newer["logs"] = [*notes["logs"], *newer["logs"]][-MAX_LOG_LINES:]
-            newer["progress"] = newer["progress"] or notes["progress"]
-
-
-def _plain(data: dict[str, Any]) -> Any:
-    """A log line's data as JSON (what is not JSON becomes its text)."""
-    return json.loads(json.dumps(data, default=str))
-
-
 def _ended_snapshot(session: PluginSession, event: SessionEvent) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "status": session.status,
@@ -367,18 +311,12 @@ class DjangoRecorder:
         write_later(_rejected, session.id, elicit_id, data, errors, timezone.now())
 
     async def log_emitted(self, session: PluginSession, event: LogEvent) -> None:
-        line = {
-            "level": event.level,
-            "message": event.message[:MAX_LOG_TEXT],
-            "data": _plain(event.data),
-        }
-        if _note(session.id, log=line):
-            write_later(_save_notes, session.id)
+        if note(session.id, log=log_line(event)):
+            write_later(save_notes, session.id)
 
     async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
-        note = {"message": event.message, "progress": event.progress, "total": event.total}
-        if _note(session.id, progress=note):
-            write_later(_save_notes, session.id)
+        if note(session.id, progress=progress_note(event)):
+            write_later(save_notes, session.id)
 
     async def abort_deferred(self, session: PluginSession) -> None:
         requested = session.abort_requested
