@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
+from chatbridge.calls.transports import HELD_BY_REQUEST  # see ``_end_calls_held_by_requests``
 from chatbridge.conf import setting
 
 __all__ = [
@@ -52,8 +53,6 @@ class RuntimeNotRunning(RuntimeError):
         )
 
 
-# Transports whose call is carried by one open request (see ``_end_calls_held_by_requests``).
-HELD_BY_REQUEST = ("mcp-push", "mcp-respond")
 RESTARTING = "the server is restarting; call the tool again"
 READY_PATH = "/readyz"  # a balancer's readiness check (``lifespan``)
 

@@ -23,6 +23,7 @@ from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.calls.journal import EntryKind, JournalEntry
 from chatbridge.calls.outcome import describe
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.calls.transports import HELD_BY_REQUEST
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records import lean_sql, lease
 from chatbridge.records.call_notes import MAX_LOG_LINES, log_line, note, progress_note, save_notes
@@ -223,11 +224,6 @@ def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
         logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
 
 
-# MCP calls held open by their request (pushed questions, or ``_respond``): their client reaches
-# them only through questions, each on record before it is asked (``runtime.HELD_BY_REQUEST``).
-_HELD_BY_REQUEST = ("mcp-push", "mcp-respond")
-
-
 def _chat(session: PluginSession) -> bool:
     """A call of the chat: its turn goes on to a write that waits (the tool's next question,
     its result message, the turn's release), which carries what the call queued before it."""
@@ -270,7 +266,7 @@ class DjangoRecorder:
         self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def session_started(self, session: PluginSession) -> None:
-        if _chat(session) or session.meta.get("transport") in _HELD_BY_REQUEST:
+        if _chat(session) or session.meta.get("transport") in HELD_BY_REQUEST:
             write_soon(_started, session)
         else:  # a task's or a round's client may ask another worker for it at once
             await write_now(_started, session)
