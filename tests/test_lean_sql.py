@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chatbridge.chat.models import Conversation, JournalRecord, ToolSession
+from chatbridge.chat.models import Conversation, JournalRecord, Message, ToolSession
 from chatbridge.records import lean_sql
 from tests.test_services import postgres_url, run_django  # noqa: F401  (the fixture)
 
@@ -112,3 +112,76 @@ def test_lean_statements_store_what_the_orm_stores_on_postgresql(postgres_url: s
         DATABASE_URL=postgres_url,
     )
     assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(EXPECTED))
+
+
+def upserts() -> dict[str, object]:
+    """The one-statement writes: an insert that keeps a row already there, or replaces some of
+    its columns while another is NULL; a row numbered after the last (also on PostgreSQL)."""
+    conversation = Conversation.objects.create(owner="session:lean")
+    first = {
+        "conversation_id": conversation.id,
+        "tool_name": "t",
+        "worker": "w",
+        "status": "running",
+    }
+    new = lean_sql.insert(ToolSession, {"id": "call-1", **first}, unless=("id",))
+    again = lean_sql.insert(ToolSession, {"id": "call-1", **first, "worker": "x"}, unless=("id",))
+    asked = {"session_id": "call-1", "seq": 0, "kind": "elicit", "key": "pick_seat",
+             "request": {"message": "Pick"}, "requested_at": AT}  # fmt: skip
+    replace = ("key", "request")
+    written = lean_sql.insert(
+        JournalRecord, asked, unless=("session_id", "seq"), else_set=replace, while_null="result"
+    )
+    asked_again = {**asked, "request": {"message": "Pick again"}}
+    replaced = lean_sql.insert(
+        JournalRecord, asked_again, unless=("session_id", "seq"), else_set=replace,
+        while_null="result",
+    )  # fmt: skip
+    JournalRecord.objects.filter(session_id="call-1", seq=0).update(result={"action": "accept"})
+    kept = lean_sql.insert(
+        JournalRecord, {**asked, "request": {"message": "late"}}, unless=("session_id", "seq"),
+        else_set=replace, while_null="result",
+    )  # fmt: skip
+    numbered = []
+    for n, (message_id, calls) in enumerate([("m1", None), ("m2", [{"id": "c"}]), ("m1", None)]):
+        row = {"id": message_id, "conversation_id": conversation.id, "role": "user",
+               "content": f"text {n}", "tool_calls": calls, "created_at": AT}  # fmt: skip
+        numbered.append(lean_sql.append_numbered(Message, row, "seq", "conversation_id", "id"))
+    record = JournalRecord.objects.get(session_id="call-1", seq=0)
+    return {
+        "inserted": [new, again, ToolSession.objects.get(pk="call-1").worker],
+        "journal": [written, replaced, kept, record.request, record.key],
+        "numbered": numbered,
+        "messages": [
+            [m.id, m.seq, m.content, m.tool_calls, m.created_at.isoformat()]
+            for m in Message.objects.filter(conversation=conversation).order_by("seq")
+        ],
+    }
+
+
+UPSERTS = {
+    "inserted": [1, 0, "w"],
+    "journal": [1, 1, 0, {"message": "Pick again"}, "pick_seat"],
+    "numbered": [1, 1, 0],
+    "messages": [
+        ["m1", 1, "text 0", None, AT.isoformat()],
+        ["m2", 2, "text 1", [{"id": "c"}], AT.isoformat()],
+    ],
+}
+
+
+def test_one_statement_upserts_on_sqlite() -> None:
+    assert upserts() == UPSERTS
+
+
+@pytest.mark.services
+def test_one_statement_upserts_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+    out = run_django(
+        "import json\n"
+        "from django.core.management import call_command\n"
+        "call_command('migrate', verbosity=0)\n"
+        "from tests.test_lean_sql import upserts\n"
+        "print(json.dumps(upserts()))\n",
+        DATABASE_URL=postgres_url,
+    )
+    assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(UPSERTS))

@@ -13,7 +13,15 @@ from chatbridge.chat.models import ToolSession
 from chatbridge.records import lean_sql, lease
 from chatbridge.records.writer import undo_on_retry
 
-__all__ = ["MAX_LOG_LINES", "MAX_LOG_TEXT", "log_line", "note", "progress_note", "save_notes"]
+__all__ = [
+    "MAX_LOG_LINES",
+    "MAX_LOG_TEXT",
+    "log_line",
+    "note",
+    "progress_note",
+    "save_notes",
+    "take_progress",
+]
 
 MAX_LOG_LINES = 50  # a call keeps its last 50 log lines
 MAX_LOG_TEXT = 2000  # characters of a log line's message kept
@@ -52,6 +60,20 @@ def save_notes(call_id: str) -> None:
         fields["logs"] = [*(row[0] or []), *notes["logs"]][-MAX_LOG_LINES:]
     if fields:  # progress alone: one fenced update, nothing read
         lean_sql.update(ToolSession, fields, **lease.held(call_id))
+
+
+def take_progress(call_id: str) -> dict[str, Any]:
+    """On the writer's thread, for a fenced update of the call's row about to be made: the
+    call's progress waiting to be written, as fields to add to that update, when progress is
+    all that waits (its queued ``save_notes`` then finds nothing: a statement less). Log
+    lines stay for ``save_notes``, which reads the lines kept before adding to them."""
+    with _notes_lock:
+        notes = _notes.get(call_id)
+        if notes is None or notes["logs"] or notes["progress"] is None:
+            return {}
+        del _notes[call_id]
+    undo_on_retry(lambda: _notes_back(call_id, notes))
+    return {"progress": notes["progress"]}
 
 
 def _notes_back(call_id: str, notes: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from chatbridge.calls.storable import nul_at, scrubbed
 
-__all__ = ["insert", "max_of", "rows", "select", "update"]
+__all__ = ["append_numbered", "insert", "max_of", "rows", "select", "update"]
 
 
 def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
@@ -40,13 +40,43 @@ def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
         return int(cursor.rowcount)
 
 
-def insert(model: type[Model], values: dict[str, Any]) -> None:
+def insert(
+    model: type[Model],
+    values: dict[str, Any],
+    *,
+    unless: tuple[str, ...] = (),
+    else_set: tuple[str, ...] = (),
+    while_null: str = "",
+) -> int:
     """``INSERT`` one row of ``model``: ``values`` and, for every other column, its field's
-    default (as ``Model.save`` would; an auto primary key is left to the database)."""
+    default (as ``Model.save`` would; an auto primary key is left to the database). The
+    number of rows written.
+
+    ``unless``: the columns of a unique constraint; a row already holding those values is
+    kept (nothing inserted: 0), or, with ``else_set``, its ``else_set`` columns take this
+    row's values (only if its ``while_null`` column is still NULL, when given): one statement
+    where a read would otherwise decide between an insert and an update."""
     row = {**_defaults(model), **{k: _storable(v) for k, v in values.items()}}
-    sql, fields = _insert_sql(model, tuple(row), connection.vendor)
+    sql, fields = _insert_sql(model, tuple(row), unless, else_set, while_null, connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, [_prep(f, v) for f, v in zip(fields, row.values(), strict=True)])
+        return int(cursor.rowcount)
+
+
+def append_numbered(
+    model: type[Model], values: dict[str, Any], number: str, within: str, key: str
+) -> int:
+    """``INSERT`` one row of ``model`` numbered one past the largest ``number`` of the rows
+    with its ``within`` value (1 for the first), unless a row with its ``key`` (a unique
+    column) exists: the rows written (0 or 1). One statement; the caller holds a lock that
+    makes it the only writer of ``within``'s numbers."""
+    row = {**_defaults(model), **{k: _storable(v) for k, v in values.items()}}
+    row.pop(number, None)
+    sql, fields = _numbered_sql(model, tuple(row), number, within, key, connection.vendor)
+    params = [_prep(f, v) for f, v in zip(fields, [*row.values(), row[within]], strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
 
 
 def select(
@@ -140,12 +170,55 @@ def _update_sql(
 
 @cache
 def _insert_sql(
-    model: type[Model], names: tuple[str, ...], vendor: str
+    model: type[Model],
+    names: tuple[str, ...],
+    unless: tuple[str, ...],
+    else_set: tuple[str, ...],
+    while_null: str,
+    vendor: str,
 ) -> tuple[str, list[Field[Any, Any]]]:
     columns = ", ".join(_column(model, n) for n in names)
     marks = ", ".join("%s" for _ in names)
     fields = [_field(model, n) for n in names]
-    return f"INSERT INTO {_table(model)} ({columns}) VALUES ({marks})", fields
+    sql = f"INSERT INTO {_table(model)} ({columns}) VALUES ({marks})"
+    return sql + _on_conflict(model, unless, else_set, while_null), fields
+
+
+def _on_conflict(
+    model: type[Model], unless: tuple[str, ...], else_set: tuple[str, ...], while_null: str
+) -> str:
+    """SQLite (3.24+) and PostgreSQL spell an upsert alike."""
+    if not unless:
+        return ""
+    target = ", ".join(_column(model, n) for n in unless)
+    if not else_set:
+        return f" ON CONFLICT ({target}) DO NOTHING"
+    sets = ", ".join(f"{_column(model, n)} = excluded.{_column(model, n)}" for n in else_set)
+    sql = f" ON CONFLICT ({target}) DO UPDATE SET {sets}"
+    if while_null:
+        sql += f" WHERE {_table(model)}.{_column(model, while_null)} IS NULL"
+    return sql
+
+
+@cache
+def _numbered_sql(
+    model: type[Model], names: tuple[str, ...], number: str, within: str, key: str, vendor: str
+) -> tuple[str, list[Field[Any, Any]]]:
+    table, counted = _table(model), _column(model, number)
+    columns = ", ".join([*(_column(model, n) for n in names), counted])
+    fields = [*(_field(model, n) for n in names), _field(model, within)]
+    # PostgreSQL types a SELECT's untyped values as text, which no column but text takes.
+    marks = ", ".join(
+        f"CAST(%s AS {f.cast_db_type(connection)})" if vendor == "postgresql" else "%s"
+        for f in fields[:-1]
+    )
+    # The SELECT has a WHERE, as SQLite wants before an upsert clause (its parser otherwise
+    # reads ON CONFLICT as a join's ON).
+    sql = (
+        f"INSERT INTO {table} ({columns}) SELECT {marks}, COALESCE(MAX({counted}), 0) + 1 "
+        f"FROM {table} WHERE {_column(model, within)} = %s"
+    )
+    return sql + _on_conflict(model, (key,), (), ""), fields
 
 
 @cache

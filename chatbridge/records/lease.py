@@ -79,10 +79,11 @@ def begin(call_id: str, fields: Mapping[str, Any]) -> bool:
     reused (the model may repeat a call id). False, and nothing written, if another worker
     holds the call: only a claim takes a call from its holder."""
     row = {**fields, _OWNER: WORKER_ID}
+    if lean_sql.insert(ToolSession, {"id": call_id, **row}, unless=("id",)):
+        return True  # a new call: one statement
     found = lean_sql.select(ToolSession, ("status", _OWNER), id=call_id)
-    if found is None:
-        lean_sql.insert(ToolSession, {"id": call_id, **row})
-        return True
+    if found is None:  # deleted since (retention): not this worker's to start
+        return False
     status, owner = found
     if owner == WORKER_ID:  # claimed here, to be resumed (fenced: unless taken meanwhile)
         return bool(lean_sql.update(ToolSession, row, **held(call_id)))

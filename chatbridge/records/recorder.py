@@ -26,7 +26,14 @@ from chatbridge.calls.sessions import PluginSession
 from chatbridge.calls.transports import HELD_BY_REQUEST
 from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records import lean_sql, lease
-from chatbridge.records.call_notes import MAX_LOG_LINES, log_line, note, progress_note, save_notes
+from chatbridge.records.call_notes import (
+    MAX_LOG_LINES,
+    log_line,
+    note,
+    progress_note,
+    save_notes,
+    take_progress,
+)
 from chatbridge.records.lease import WORKER_ID
 from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
@@ -98,6 +105,7 @@ def _save_status(session_id: str) -> bool | None:
     if fields is None:
         return None
     undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
+    fields = {**fields, **take_progress(session_id)}
     return bool(lean_sql.update(ToolSession, fields, **lease.held(session_id)))
 
 
@@ -143,11 +151,15 @@ def _request_row(
         "request": request,
         "requested_at": at,
     }
-    record = lean_sql.select(JournalRecord, ("id", "result"), session_id=session_id, seq=seq)
-    if record is None:
-        lean_sql.insert(JournalRecord, {"session_id": session_id, "seq": seq, **fields})
-    elif record[1] is None:  # an answered entry keeps the request it answered
-        lean_sql.update(JournalRecord, fields, id=record[0])
+    # One statement: the row, or, if the call's journal has one at ``seq`` (written before a
+    # restart), its request replaced, unless it was answered (it keeps what it answered).
+    lean_sql.insert(
+        JournalRecord,
+        {"session_id": session_id, "seq": seq, **fields},
+        unless=("session_id", "seq"),
+        else_set=tuple(fields),
+        while_null="result",
+    )
 
 
 def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = False) -> None:
@@ -220,7 +232,7 @@ def _abort_deferred(session_id: str, commitment: dict[str, Any]) -> None:
 def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
     with _latest_status_lock:
         _latest_status.pop(session_id, None)  # the end supersedes any status not written yet
-    if not lease.release(session_id, fields):
+    if not lease.release(session_id, {**fields, **take_progress(session_id)}):
         logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
 
 

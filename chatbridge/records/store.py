@@ -81,32 +81,32 @@ def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> N
 
 
 def _append_message(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
-    """The message appended; the conversation's row locked till commit: one writer of its
-    next seq."""
-    if lean_sql.select(Conversation, ("id",), for_update=True, id=conversation_id) is None:
-        raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
-    if lean_sql.select(Message, ("id",), id=message_id) is not None:
-        return  # written by a run whose commit was cut off (the database went away)
-    last = lean_sql.max_of(Message, "seq", conversation_id=conversation_id) or 0
+    """The message appended, numbered after the conversation's last. The conversation's row is
+    updated first: it must exist, and the update locks it till commit (one writer of its
+    numbers). A message already there (written by a run whose commit was cut off: the database
+    went away) is not written twice. Two statements; a user's message reads the last number
+    first, to title the conversation after its first message."""
     now = timezone.now()
-    lean_sql.insert(
-        Message,
-        {
-            "id": message_id,
-            "conversation_id": conversation_id,
-            "seq": last + 1,
-            "role": message["role"],
-            "content": message.get("content") or "",
-            "tool_calls": message.get("tool_calls"),
-            "tool_call_id": message.get("tool_call_id") or "",
-            "stopped": bool(message.get("stopped")),  # not part of what the model reads
-            "created_at": now,
-        },
-    )
     changed: dict[str, Any] = {"updated_at": now}
-    if message["role"] == "user" and last == 0:
-        changed["title"] = title_of(str(message.get("content") or ""))
-    lean_sql.update(Conversation, changed, id=conversation_id)
+    if not lean_sql.update(Conversation, changed, id=conversation_id):
+        raise Conversation.DoesNotExist(f"no conversation {conversation_id}")
+    row = {
+        "id": message_id,
+        "conversation_id": conversation_id,
+        "role": message["role"],
+        "content": message.get("content") or "",
+        "tool_calls": message.get("tool_calls"),
+        "tool_call_id": message.get("tool_call_id") or "",
+        "stopped": bool(message.get("stopped")),  # not part of what the model reads
+        "created_at": now,
+    }
+    first = message["role"] == "user" and not lean_sql.max_of(
+        Message, "seq", conversation_id=conversation_id
+    )
+    written = lean_sql.append_numbered(Message, row, "seq", "conversation_id", "id")
+    if first and written:
+        title = title_of(str(message.get("content") or ""))
+        lean_sql.update(Conversation, {"title": title}, id=conversation_id)
 
 
 def _take_and_read(conversation_id: str, replacing: str, new: bool) -> list[dict[str, Any]] | None:
