@@ -303,6 +303,29 @@ class PostgresRedis:
 # -- main -------------------------------------------------------------------------------------
 
 
+def capacity_cause(rows: list[dict[str, Any]], floor: dict[str, Any]) -> str:
+    """Why one worker falls short, from this run's figures: what a booking costs the worker
+    against its three completions, and how busy the worker was where the p99 broke."""
+    done = [r for r in rows if r["completed"]]
+    if not done:
+        return "no rung completed a booking"
+    cpu = min(r["cpu_per_booking_ms"] for r in done)
+    completions = 3 * floor["cpu_per_completion_s"] * 1000
+    missed = [r for r in done if not r["ok"]]
+    where = (
+        f"; the first rung missed ({missed[0]['rate']:g}/s) had the worker at "
+        f"{missed[0]['server_util']:.0%} of a core, p99 flight→seat {missed[0]['flight']['p99']:.0f} ms"
+        if missed
+        else ""
+    )
+    return (
+        f"a booking costs the worker {cpu:.0f} ms of CPU, its three completions "
+        f"{completions:.0f} ms of it ({completions / cpu:.0%}): one core does at most "
+        f"{1000 / cpu:.0f} bookings/s, against the {floor['floor_per_s'] / 2:.0f}/s the goal asks"
+        + where
+    )
+
+
 def floor_in_child(completions: int, warmup: int) -> dict[str, Any]:
     """``measure_floor`` in a fresh process: litellm's threads stay out of the load client."""
     context = multiprocessing.get_context("spawn")
@@ -406,6 +429,7 @@ def main() -> None:
             "capacity of one worker ≥ 50 % of the litellm floor",
             f"{capacity:g} / {floor['floor_per_s']:.1f} bookings/s = {ratio:.0%}",
             goal(ratio >= 0.5),
+            "" if ratio >= 0.5 else capacity_cause(sqlite_rows, floor),
         ]
     ]
     if pg_results:
@@ -437,7 +461,7 @@ def main() -> None:
         ]
     elif pg_note:
         body += ["", pg_note]
-    body += ["", table(["goal", "measured", "status"], goals)]
+    body += ["", table(["goal", "measured", "status", "why (missed)"], goals)]
     misses = [
         f"{r['workers']}w {r['rate']:g}/s: `{e}`"
         for rows in [sqlite_rows, *(v[0] for v in pg_results.values())]

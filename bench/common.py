@@ -254,6 +254,16 @@ def wait_until_warm(log: Path, proc: subprocess.Popen[bytes], timeout: float = 1
 # -- a JSON-protocol chat client --------------------------------------------------------------
 
 
+def milestones(seen: list[tuple[str, float]], t0: float, kinds: list[str]) -> dict[str, float]:
+    """Seconds from ``t0`` to the first event of each kind in ``kinds`` received after it
+    (``seen``: ``Chat.seen``); a kind not received is left out."""
+    found: dict[str, float] = {}
+    for kind, at in seen:
+        if at >= t0 and kind in kinds and kind not in found:
+            found[kind] = at - t0
+    return found
+
+
 class Chat:
     """A browser session with one conversation and its JSON-protocol socket (aiohttp)."""
 
@@ -263,6 +273,7 @@ class Chat:
         self.socket: Any = None
         self.last_size = 0
         self.frames = 0  # frames received (a socket that is behind gets them coalesced)
+        self.seen: list[tuple[str, float]] | None = None  # (event type, arrival), when kept
 
     async def open(self) -> Chat:
         async with self.http.get(f"{self.base}/", allow_redirects=False) as response:
@@ -295,6 +306,8 @@ class Chat:
                 raise ConnectionError(f"socket: {message.type} {message.data!r}")
             self.frames += 1
             event = json.loads(message.data)
+            if self.seen is not None:
+                self.seen.append((event.get("type", ""), time.perf_counter()))
             if event.get("type") == "error":
                 raise RuntimeError(f"server error event: {event}")
             if event["type"] == kind and all(event.get(k) == v for k, v in match.items()):
