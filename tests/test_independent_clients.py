@@ -136,9 +136,13 @@ def test_sdk_1_32_with_forms_only_is_never_sent_the_payment_link(sdk_v1: dict[st
     form = sdk_v1["form"]
     assert form["protocolVersion"] == "2025-11-25"
     assert_stopped_at_payment(form)
-    # Its zod schemas strip x-model-context from requestedSchema: the request's _meta carries
-    # it (the flight and seat questions found their context), and the message stays readable.
+    # Its zod schemas strip x-model-context from requestedSchema: every form question carries
+    # its context in the message's boundary section too (DESIGN §4), and the client read it
+    # there (the flight and seat questions found their context); the human part is the text.
     assert not any(q["schemaHasContext"] for q in form["questions"])
+    asked = [q for q in form["questions"] if q["mode"] == "form"]
+    assert asked and all(q["messageHasContext"] for q in asked)
+    assert all(q["contextFrom"] == "message" for q in asked)
     assert "x-model-context" not in form["questions"][1]["message"]
 
 
@@ -287,7 +291,8 @@ def test_ext_tasks_books_a_flight_through_a_task(
     assert (
         seat["context"] == ["seat_map"] and seat["message"] == f"Select your seat on {FIRST.number}"
     )
-    assert all(q["schemaHasContext"] for q in book["questions"] if q["mode"] == "form")
+    forms = [q for q in book["questions"] if q["mode"] == "form"]
+    assert all(q["schemaHasContext"] and q["messageHasContext"] for q in forms)
     # Flight, seat and review in forms, then the payment: its page on this server, paid by
     # test card.
     assert [q["mode"] for q in book["questions"]] == ["form", "form", "form", "url"]

@@ -26,7 +26,7 @@ from chatbridge import (
     create_mcp_tool,
     make_plugin,
 )
-from chatbridge.author.model_context import extract_context
+from chatbridge.author.model_context import extract_context, split_message
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.server import McpBridge, McpSettings
@@ -141,9 +141,10 @@ async def test_book_flight_end_to_end(server: str, mode: str) -> None:
     assert booked["paid"] == {"last4": "4242"}  # paid on the page: the client saw no card
     assert len(person.paid) == 1 and person.paid[0].startswith(f"{server}/elicit/")
     assert person.messages[0].startswith("Select your flight from JFK to LAX:")
-    # 2026-07-28 results are sieved to the version's schema: the message carries the context.
-    section = "\n\n--x-model-context: application/json\n"
-    assert (section in person.messages[0]) == (mode == "2026-07-28")
+    # Every era carries the context in the message too (DESIGN §4): 2026-07-28 results are
+    # sieved to the version's schema, and legacy clients may strip unknown schema keys.
+    for message, context in zip(person.messages, person.contexts, strict=False):
+        assert split_message(message)[1] == context
     if mode == "legacy":
         assert (
             progresses[0] == (1.0, 4.0, "Found 5 flights") and progresses[-1][2] == "Ticket issued"
@@ -157,7 +158,8 @@ async def test_invalid_answers_are_asked_again_with_the_errors(server: str) -> N
         result = await client.call_tool("book_flight", ROUTE)
     assert result.structured_content["booked"] is True
     assert len(person.messages) == 5  # flight, seat twice, review, payment
-    again = person.messages[2]
+    again, context = split_message(person.messages[2])
+    assert context is not None and context["seat_map"]["flight_id"] == FLIGHTS[0].id
     assert again == (
         f"Select your seat on {FLIGHTS[0].number}\n\nYour previous answer was not accepted. "
         "Row: Enter a number from 1 to 99. Please try again."
@@ -201,6 +203,13 @@ async def test_a_client_that_cannot_elicit_answers_through_respond(server: str) 
             and first["timeout_ms"] == MCP_REQUEST_TIMEOUT * 1000
         )
         assert first["schema"]["properties"]["flight_id"]["type"] == "string"
+        # The context in the request's own field, its schema and its message (DESIGN §4).
+        assert (
+            first["context"]["flights"] and first["schema"]["x-model-context"] == first["context"]
+        )
+        text, in_message = split_message(first["message"])
+        assert text.startswith("Select your flight from JFK to LAX:")
+        assert in_message == first["context"]
         requests.put_nowait(first)
         await answer_requests(client, requests, flight=2)
         result = await call
@@ -479,12 +488,17 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
             client.call_tool("choose_color", {"default_color": "#A855F7", "theme": "dark"})
         )
         await asyncio.wait_for(asked.wait(), 15)
-        assert notes[0]["context"] == {"default_color": "#A855F7", "theme": "dark"}
+        context = {"default_color": "#A855F7", "theme": "dark"}
+        assert notes[0]["context"] == context
+        # The notification's schema carries the context too (DESIGN §4); the app's question
+        # gives it as a field of its own, next to the plain schema.
+        schema = dict(notes[0]["schema"])
+        assert schema.pop("x-model-context") == context
         question = await client.call_tool("_ui_question", {})
         assert question.structured_content == {
             "message": "Please select a color for your theme",
             "key": "color",
-            "schema": notes[0]["schema"],
+            "schema": schema,
             "context": {"default_color": "#A855F7", "theme": "dark"},
             "error": None,
         }

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from chatbridge import PluginRegistry, SessionManager, auto_form, create_mcp_tool, make_plugin
+from chatbridge.author.model_context import extract_context, split_message
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.author.tools import McpTool
 from chatbridge.mcp.server import McpBridge, McpSettings
@@ -197,9 +198,12 @@ async def test_progress_only_ever_increases_within_a_call(mode: str) -> None:
     assert seen == [(2.0, "two"), (3.0, "three")]
 
 
-async def test_a_pushed_question_reads_as_text_and_carries_its_context_in_the_schema(
+async def test_a_pushed_question_carries_its_context_in_the_schema_the_message_and_meta(
     server: str,
 ) -> None:
+    """DESIGN §4 on the legacy push: the schema's x-model-context, the message's boundary
+    section after the readable text (a client that strips unknown schema keys still finds
+    it), and _meta in addition; all three the same context."""
     asked: list[dict[str, Any]] = []
 
     async def answer(request: dict[str, Any]) -> dict[str, Any]:
@@ -209,10 +213,14 @@ async def test_a_pushed_question_reads_as_text_and_carries_its_context_in_the_sc
     async with raw_session(f"{server}/mcp", LEGACY, {"elicitation": {}}) as session:
         await session.request("tools/call", {"name": "book_flight", "arguments": ROUTE}, answer)
     [question] = asked
-    assert "x-model-context" not in question["message"] and "{" not in question["message"]
-    assert question["message"].startswith("Select your flight from JFK to LAX:")
     context = question["requestedSchema"]["x-model-context"]
     assert [f["id"] for f in context["flights"]] == [f.id for f in FLIGHTS]
+    text, from_message = split_message(question["message"])
+    assert text.startswith("Select your flight from JFK to LAX:") and "{" not in text
+    assert from_message == context
+    assert question["_meta"]["x-model-context"] == context
+    stripped = {k: v for k, v in question["requestedSchema"].items() if k != "x-model-context"}
+    assert extract_context(stripped, question["message"]) == context
 
 
 class Seat(BaseModel):

@@ -10,15 +10,12 @@ notifications, puts questions to the client and hands answers back with
 - ``NotifyCarrier`` (in ``respond``): clients that cannot elicit get a ``type: "request"`` log
   notification and answer with the ``_respond`` tool (BIDIR-6 option A).
 
-Where a question's context travels (DESIGN §4 prefers the schema, the message is the fallback):
-a pushed ``elicitation/create`` is a request, not a result, so its ``requestedSchema`` reaches
-the client with ``x-model-context`` intact, and the same context rides in the request's
-``_meta["x-model-context"]`` for clients whose parsers drop unknown schema keywords but keep
-``_meta`` (the TypeScript SDK v1's zod schemas); its message stays what the tool wrote,
-readable, without the JSON section (generic clients show the message to a person). A 2026-07-28
-``inputRequests`` entry is part of a result, which the SDK sieves to the version's schema and so
-strips ``x-model-context``: there the message section is the only carrier and stays. Request
-notifications carry the context as a field of their own.
+Where a question's context travels (DESIGN §4): in the schema's ``x-model-context`` and in the
+message's boundary section, on every era and carrier, because clients strip unknown schema
+keywords (the TypeScript SDK v1's zod schemas do; a 2026-07-28 ``inputRequests`` entry is part
+of a result, which the SDK sieves to the version's schema). Extraction prefers the schema and
+falls back to the message. The request's ``_meta["x-model-context"]`` carries it too, for
+clients that read ``_meta``; request notifications carry it as a field of their own as well.
 """
 
 from __future__ import annotations
@@ -84,19 +81,17 @@ def errors_text(exc: ElicitValidationError) -> str:
 
 
 def wire_request(
-    request: ElicitRequest, flat: dict[str, Any], note: str = "", *, context_in_message: bool
+    request: ElicitRequest, flat: dict[str, Any], note: str = ""
 ) -> types.ElicitRequestFormParams:
-    """The form elicitation for ``request``: flat schema + ``x-model-context``; ``note``
-    (validation errors) after the message, and the boundary section last where the schema's
-    extension does not reach the client (``context_in_message``)."""
+    """The form elicitation for ``request``: flat schema + ``x-model-context``, the message
+    (``note`` after it: validation errors) with the context's boundary section last, and the
+    context in ``_meta`` too (DESIGN §4: both places on every era; ``_meta`` in addition)."""
     message = f"{request.message}\n\n{note}" if note else request.message
-    if context_in_message:
-        message = encode_message(message, request.context)
-    meta: dict[str, Any] | None = None
-    if request.context and not context_in_message:
-        meta = {CONTEXT_KEY: request.context}
+    meta = {CONTEXT_KEY: request.context} if request.context else None
     return types.ElicitRequestFormParams(
-        message=message, requested_schema=with_context(flat, request.context), _meta=meta
+        message=encode_message(message, request.context),
+        requested_schema=with_context(flat, request.context),
+        _meta=meta,
     )
 
 
@@ -284,9 +279,7 @@ class PushCarrier:
         if request.mode == "url":
             params = url_params(request)
         else:
-            params = wire_request(
-                request, for_version(flat, version), note, context_in_message=False
-            )
+            params = wire_request(request, for_version(flat, version), note)
         asking = asyncio.ensure_future(
             self.ctx.session.send_request(
                 types.ElicitRequest(params=params),

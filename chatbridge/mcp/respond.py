@@ -19,6 +19,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
+from chatbridge.author.model_context import encode_message, with_context
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out
 
@@ -128,6 +129,8 @@ class NotifyCarrier:
         settled = self.pending.waiting[request_id].settled
         try:
             message = f"{request.message}\n\n{note}" if note else request.message
+            if request.mode != "url":  # a form's context in its message too (DESIGN §4)
+                message = encode_message(message, request.context)
             await self.channel.send_log(
                 "notice",
                 {
@@ -139,7 +142,7 @@ class NotifyCarrier:
                     **(
                         {"url": request.url}  # answered on the page; _respond may decline
                         if request.mode == "url"
-                        else {"schema": self.flat[request.key]}
+                        else {"schema": with_context(self.flat[request.key], request.context)}
                     ),
                     "context": request.context,
                     "timeout_ms": int(self.timeout * 1000),

@@ -72,9 +72,7 @@ def input_required(
     state = RoundState(request.call_id, str(request.id), caller, url)
     form = flat[request.tool_name][request.key]
     params: types.ElicitRequestFormParams | types.ElicitRequestURLParams = (
-        url_params(request, with_id=False)
-        if url
-        else wire_request(request, form, note, context_in_message=True)
+        url_params(request, with_id=False) if url else wire_request(request, form, note)
     )
     return types.InputRequiredResult(
         input_requests={str(request.id): types.ElicitRequest(params=params)},

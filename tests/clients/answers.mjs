@@ -6,22 +6,32 @@
 const BOUNDARY = "--x-model-context: application/json\n";
 export const TEST_CARD = "4242 4242 4242 4242";
 
-/** The context a question carries: the schema's `x-model-context`, else the request's
- * `_meta["x-model-context"]` (kept by parsers that strip unknown schema keys), else the
- * message's section (2026-07-28, whose results carry neither). */
-export function contextOf(params) {
+/** The context a question carries and where it was found (DESIGN §4): the schema's
+ * `x-model-context`, else the message's boundary section (for clients that strip unknown
+ * schema keys), else the request's `_meta["x-model-context"]`. */
+export function contextWithSource(params) {
   const fromSchema = params.requestedSchema?.["x-model-context"];
-  if (fromSchema && typeof fromSchema === "object") return fromSchema;
+  if (fromSchema && typeof fromSchema === "object") return [fromSchema, "schema"];
+  const fromMessage = messageContext(params.message ?? "");
+  if (fromMessage) return [fromMessage, "message"];
   const fromMeta = params._meta?.["x-model-context"];
-  if (fromMeta && typeof fromMeta === "object") return fromMeta;
-  const message = params.message ?? "";
+  if (fromMeta && typeof fromMeta === "object") return [fromMeta, "meta"];
+  return [{}, "none"];
+}
+
+export function contextOf(params) {
+  return contextWithSource(params)[0];
+}
+
+/** The object after the message's last boundary line, or null. */
+function messageContext(message) {
   const at = message.lastIndexOf(BOUNDARY);
-  if (at < 0) return {};
+  if (at < 0) return null;
   try {
     const found = JSON.parse(message.slice(at + BOUNDARY.length));
-    return found && typeof found === "object" ? found : {};
+    return found && typeof found === "object" && !Array.isArray(found) ? found : null;
   } catch {
-    return {};
+    return null;
   }
 }
 
@@ -157,6 +167,8 @@ export function answering(questions) {
       mode,
       message: humanMessage(params.message),
       context: Object.keys(contextOf(params)),
+      contextFrom: contextWithSource(params)[1],
+      messageHasContext: messageContext(params.message ?? "") !== null,
       properties: Object.keys(params.requestedSchema?.properties ?? {}),
       schemaHasContext: Boolean(params.requestedSchema?.["x-model-context"]),
     };
