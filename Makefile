@@ -17,6 +17,8 @@ $(STAMP): requirements.txt requirements-app.txt pyproject.toml
 	  { echo "ChatBridge needs Python 3.11+; set PYTHON=python3.11" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@# The distribution was called chatbridge before django-chatbridge: not both in one venv.
+	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y chatbridge 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
 	  --no-build-isolation -e .
 	touch $(STAMP)

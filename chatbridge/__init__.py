@@ -19,6 +19,9 @@ The packages, by what they own:
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from chatbridge.author.auto_form import auto_form
 from chatbridge.author.elicit import (
     Accept,
@@ -71,6 +74,13 @@ from chatbridge.calls.journal import JournalEntry
 from chatbridge.calls.links import UrlLinks, UrlPage, UrlQuestion
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.sessions import PluginSession, SessionInfo
+
+DISTRIBUTION = "django-chatbridge"  # the name on the package index; the import name is chatbridge
+
+try:
+    __version__ = _distribution_version(DISTRIBUTION)
+except PackageNotFoundError:  # a checkout on the path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Accept",

@@ -102,7 +102,7 @@ class ChatBridgeRuntime:
         )
         store = DjangoStore()
         self.hub = ChatHub(
-            registry=get_registry(),
+            registry=get_registry().serving("chat"),  # a tool served over MCP only is not offered
             manager=self.manager,
             store=store,
             leases=store,  # one running turn per conversation across workers

@@ -76,6 +76,7 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
 
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.origins import SameOriginValidator
+    from chatbridge.chat.routing import SOCKETS_SERVED
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
     from chatbridge.mcp.resource import METADATA_PATHS
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
@@ -92,6 +93,7 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
         elif path in METADATA_PATHS and current_runtime().mcp.resource_server is not None:
             await current_runtime().mcp(scope, receive, send)  # RFC 9728, for OAuth clients
         else:
+            scope[SOCKETS_SERVED] = True  # this application serves the chat's socket too
             await django_app(scope, receive, send)
 
     # The project's routes get the session's user (channels' AuthMiddleware); the chat's

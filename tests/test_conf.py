@@ -39,6 +39,17 @@ def test_missing_middleware_and_channel_layer_are_named_with_why() -> None:
     assert {p.hint for p in problems} == {INSTALL_HINT}
 
 
+def test_without_daphne_the_check_says_runserver_will_not_serve_the_socket() -> None:
+    apps = [a for a in settings.INSTALLED_APPS if a != "daphne"]
+    with override_settings(INSTALLED_APPS=apps):
+        [problem] = project_setup()
+    assert problem.id == "chatbridge.W011" and problem.is_serious() is False
+    assert problem.msg.startswith(
+        "manage.py runserver serves the chat's pages but not its WebSocket"
+    )
+    assert 'Put "daphne" first in INSTALLED_APPS' in problem.msg
+
+
 def test_settings_a_project_leaves_out_take_their_defaults() -> None:
     with override_settings():
         del settings.CHATBRIDGE_MODEL

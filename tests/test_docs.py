@@ -47,6 +47,11 @@ async def test_the_samples_of_the_page_run(page: Path) -> None:
     assert await run_page(page) >= 1 or page.name == "deploy.md"
 
 
+async def test_the_package_page_s_sample_runs() -> None:
+    """PACKAGE.md, the description the package index shows: its tool runs and is answered."""
+    assert await run_page(DOCS.parent / "PACKAGE.md") == 1
+
+
 async def test_the_mcp_page_s_client_answers_a_live_server(server: str) -> None:
     assert await run_page(DOCS / "mcp.md", SERVER=server) == 1
 

@@ -50,11 +50,16 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     dist, venv, home = tmp / "dist", tmp / "venv", tmp / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), "."], ROOT)
-    [wheel] = dist.glob("chatbridge-*.whl")
+    [wheel] = dist.glob("django_chatbridge-*.whl")
     run([sys.executable, "-m", "venv", str(venv)], tmp)
     bin_ = venv / "bin"
     install = [str(bin_ / "python"), *pip[1:], "install", "-q"]
-    run([*install, f"{wheel}[production]", "-c", str(ROOT / "requirements-app.txt")], tmp)
+    # By its name, as the guide says: this build first (never the index's), then its extra
+    # and dependencies, at the versions tested.
+    run([*install, "--no-deps", "--no-index", "--find-links", str(dist), "django-chatbridge"], tmp)
+    guide = GUIDE.read_text()
+    assert 'pip install "django-chatbridge[production]"' in guide
+    run([*install, "django-chatbridge[production]", "-c", str(ROOT / "requirements-app.txt")], tmp)
     home.mkdir()
     run([str(bin_ / "django-admin"), "startproject", "mysite", str(home)], tmp)
 
@@ -75,6 +80,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     python = str(bin_ / "python")
     where = run([python, "-c", "import chatbridge; print(chatbridge.__file__)"], home, env)
     assert where.startswith(str(venv)), where
+    version = run([python, "-c", "import chatbridge; print(chatbridge.__version__)"], home, env)
+    assert version.strip() == wheel.name.split("-")[1]
     assert "System check identified no issues" in run([python, "manage.py", "check"], home, env)
     run([python, "manage.py", "migrate", "--noinput", "-v0"], home, env)
 

@@ -344,3 +344,8 @@ class PluginRegistry:
 
     def tools(self) -> list[McpTool[Any, Any]]:
         return [p.tool for p in self._plugins.values()]
+
+    def serving(self, transport: str) -> PluginRegistry:
+        """The plugins whose tools are served on ``transport`` (``"chat"`` or ``"mcp"``:
+        ``McpToolBuilder.served_on``), as a registry of their own."""
+        return PluginRegistry(p for p in self._plugins.values() if transport in p.tool.transports)

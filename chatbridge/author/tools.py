@@ -21,7 +21,7 @@ from chatbridge.calls.storable import nul_at
 if TYPE_CHECKING:
     from chatbridge.calls.context import ToolContext
 
-__all__ = ["McpTool", "McpToolBuilder", "NoParams", "ToolHints", "create_mcp_tool"]
+__all__ = ["TRANSPORTS", "McpTool", "McpToolBuilder", "NoParams", "ToolHints", "create_mcp_tool"]
 
 P = TypeVar("P", bound=BaseModel)
 P2 = TypeVar("P2", bound=BaseModel)
@@ -29,6 +29,9 @@ R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
 
 ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
+
+# Where a tool can be served: the browser chat and the MCP server (``.served_on()``).
+TRANSPORTS = ("chat", "mcp")
 
 # OpenAI-style function names: what every LLM provider and MCP client accepts.
 _TOOL_NAME = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
@@ -83,6 +86,8 @@ class McpTool(Generic[P, R]):
     examples: tuple[str, ...] = ()  # prompts a person might send to use it (the chat offers them)
     # Answers that commit a call (a payment), by key: see ``chatbridge.calls.commitment``.
     commitments: Mapping[str, Commitment] = field(default_factory=dict)
+    # Where it is served (``TRANSPORTS``): both, unless ``.served_on()`` says otherwise.
+    transports: frozenset[str] = frozenset(TRANSPORTS)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -141,6 +146,7 @@ class McpToolBuilder(Generic[P]):
         self._hints = ToolHints()
         self._examples: tuple[str, ...] = ()
         self._commitments: dict[str, Commitment] = {}
+        self._transports = frozenset(TRANSPORTS)
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
@@ -165,6 +171,21 @@ class McpToolBuilder(Generic[P]):
         destructive, so MCP clients that confirm such tools confirm it too.
         """
         self._needs_approval = required
+        return self
+
+    def served_on(self, *transports: str) -> McpToolBuilder[P]:
+        """Where the tool is served: ``"chat"`` (the browser chat offers it to its model),
+        ``"mcp"`` (MCP clients list and call it), or both (the default). A tool whose answers
+        an MCP form cannot carry is served in the chat only either way, with a system-check
+        warning; ``.served_on("chat")`` says so, and silences it."""
+        unknown = [t for t in transports if t not in TRANSPORTS]
+        if not transports or unknown:
+            given = ", ".join(map(repr, transports)) or "none"
+            raise ToolDefinitionError(
+                f"Tool {self._name!r}: .served_on() takes one or more of "
+                f"{', '.join(map(repr, TRANSPORTS))}, got {given}."
+            )
+        self._transports = frozenset(transports)
         return self
 
     def hints(
@@ -270,6 +291,7 @@ class McpToolBuilder(Generic[P]):
             hints=self._effective_hints(),
             examples=self._examples,
             commitments=dict(self._commitments),
+            transports=self._transports,
         )
 
     def _effective_hints(self) -> ToolHints:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.staticfiles.storage import ManifestFilesMixin
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.files.storage import storages
 
-__all__ = ["static_files_collected"]
+__all__ = ["project_setup", "static_files_collected", "tools_over_mcp"]
 
 
 @register(Tags.staticfiles, deploy=True)
@@ -64,6 +64,17 @@ def project_setup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         for name, why in required.items()
         if name not in set(getattr(settings, setting))
     ]
+    if "daphne" not in settings.INSTALLED_APPS:
+        problems.append(
+            Warning(
+                "manage.py runserver serves the chat's pages but not its WebSocket: Django's "
+                'own runserver speaks WSGI. Put "daphne" first in INSTALLED_APPS (its '
+                "runserver serves ASGI_APPLICATION, the socket included), or serve the project "
+                "with daphne or uvicorn.",
+                hint=INSTALL_HINT,
+                id="chatbridge.W011",
+            )
+        )
     if not getattr(settings, "CHANNEL_LAYERS", None):
         problems.append(
             Error(
@@ -73,4 +84,40 @@ def project_setup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="chatbridge.E004",
             )
         )
+    return problems
+
+
+FLAT_HINT = (
+    "MCP form elicitation takes one field per value: strings, numbers, integers, booleans, "
+    "choices (Literal or Enum) and lists of those. Make the answer's model flat, or declare "
+    '.served_on("chat") on the tool to serve it in the chat only on purpose.'
+)
+
+
+@register(Tags.compatibility)
+def tools_over_mcp(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A tool served over MCP whose answers an MCP form cannot carry is served in the chat
+    only (the MCP server leaves it out rather than fail to start): said here, with the field."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from chatbridge.author.exceptions import ToolDefinitionError
+    from chatbridge.chat.registry import build_registry
+    from chatbridge.mcp.flat import flat_schemas
+
+    try:
+        registry = build_registry(getattr(settings, "CHATBRIDGE_PLUGINS", []))
+    except ImproperlyConfigured:
+        return []  # the app's start says what is wrong with the setting
+    problems: list[CheckMessage] = []
+    for plugin in registry.serving("mcp"):
+        try:
+            flat_schemas(plugin.tool)
+        except ToolDefinitionError as exc:
+            where = (
+                "It is served in the chat only."
+                if "chat" in plugin.tool.transports
+                else 'It is served nowhere: it is declared .served_on("mcp") only.'
+            )
+            problems.append(Warning(f"{exc} {where}", hint=FLAT_HINT, id="chatbridge.W010"))
     return problems

@@ -10,14 +10,19 @@ from django.utils.module_loading import import_string
 from chatbridge import McpTool, Plugin, PluginRegistry
 from chatbridge.conf import setting
 
-__all__ = ["get_registry", "get_ui_resources"]
+__all__ = ["build_registry", "get_registry", "get_ui_resources"]
 
 
 @cache
 def get_registry() -> PluginRegistry:
     """Every configured plugin, imported once per process."""
+    return build_registry(setting("CHATBRIDGE_PLUGINS"))
+
+
+def build_registry(dotted_paths: list[str]) -> PluginRegistry:
+    """A registry of the plugins at ``dotted_paths`` (``CHATBRIDGE_PLUGINS``'s form)."""
     registry = PluginRegistry()
-    for dotted in setting("CHATBRIDGE_PLUGINS"):
+    for dotted in dotted_paths:
         try:
             plugin = import_string(dotted)
         except ImportError as exc:

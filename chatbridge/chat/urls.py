@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path
 
 from chatbridge.chat import views
+from chatbridge.chat.connection import connection
 from chatbridge.chat.content_policy import chat_policy
 
 app_name = "chatbridge"
@@ -28,6 +29,7 @@ urlpatterns = [
     ),
     path("c/<uuid:conversation_id>/item/", chat_policy(views.sidebar_item), name="sidebar_item"),
     path("tools/", chat_policy(views.tools), name="tools"),
+    path("connection/", connection, name="connection"),
     path("ui/<slug:name>/", chat_policy(views.guest_ui), name="guest_ui"),
     path("elicit/<str:token>/", chat_policy(views.elicit_link), name="elicit_link"),
 ]

@@ -183,7 +183,7 @@ def example_prompts() -> list[str]:
     """What an empty chat offers to send: each tool's example prompts (``.example()``), or
     its name in words."""
     prompts: list[str] = []
-    for plugin in get_registry():
+    for plugin in get_registry().serving("chat"):
         tool = plugin.tool
         prompts.extend(tool.examples or (tool.name.replace("_", " ").capitalize(),))
     return prompts
@@ -293,7 +293,7 @@ def sidebar_item(request: HtmxHttpRequest, conversation_id: UUID) -> HttpRespons
 
 @require_safe
 def tools(request: HttpRequest) -> HttpResponse:
-    """The registered tools, their parameters and what each may ask the user."""
+    """The chat's tools, their parameters and what each may ask the user."""
     cards = [
         ToolCard(
             name=plugin.name,
@@ -304,7 +304,7 @@ def tools(request: HttpRequest) -> HttpResponse:
                 for key, model in plugin.tool.elicits.items()
             ],
         )
-        for plugin in get_registry()
+        for plugin in get_registry().serving("chat")
     ]
     return render(request, "chatbridge/tools.html", {"tools": cards})
 

@@ -20,9 +20,11 @@ from typing import Any, Literal
 from mcp.server.elicitation import render_elicitation_schema
 from pydantic import BaseModel, create_model
 
+from chatbridge.author.approval import APPROVAL_KEY, Approval
 from chatbridge.author.exceptions import ToolDefinitionError
+from chatbridge.author.tools import McpTool
 
-__all__ = ["flat_schema"]
+__all__ = ["flat_schema", "flat_schemas", "questions_of"]
 
 
 def _literal_enums(annotation: Any) -> Any:
@@ -62,5 +64,17 @@ def flat_schema(tool: str, key: str, model: type[BaseModel]) -> dict[str, Any]:
             f"Tool {tool!r} cannot be served over MCP: the answer to {key!r} "
             f"({model.__name__}) does not fit an MCP form. {exc}. MCP form elicitation takes "
             "strings, numbers, integers, booleans, choices (Literal or Enum) and lists of "
-            "them; flatten the model or keep the tool in-app only."
+            "them."
         ) from None
+
+
+def questions_of(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
+    """Every question a call of ``tool`` may ask: its keys, and the approval if it needs one."""
+    approval = {APPROVAL_KEY: Approval} if tool.needs_approval else {}
+    return {**approval, **tool.elicits}
+
+
+def flat_schemas(tool: McpTool[Any, Any]) -> dict[str, dict[str, Any]]:
+    """The MCP form schema of each of ``tool``'s questions; ``ToolDefinitionError`` names the
+    first one an MCP form cannot carry (and its field)."""
+    return {key: flat_schema(tool.name, key, model) for key, model in questions_of(tool).items()}

@@ -20,10 +20,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
 
-from chatbridge.author.approval import APPROVAL_KEY, Approval
-from chatbridge.author.exceptions import ChatBridgeError
+import chatbridge
+from chatbridge.author.exceptions import ChatBridgeError, ToolDefinitionError
 from chatbridge.author.plugins import PluginRegistry
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.manager import SessionManager
@@ -33,7 +32,7 @@ from chatbridge.mcp.callers import identity_of, quota_of
 from chatbridge.mcp.caps import CallCaps
 from chatbridge.mcp.errors import public_error
 from chatbridge.mcp.extensions import install
-from chatbridge.mcp.flat import flat_schema
+from chatbridge.mcp.flat import flat_schemas
 from chatbridge.mcp.held_calls import HeldCalls, mcp_session_of
 from chatbridge.mcp.hosts import RoutedChannel
 from chatbridge.mcp.levels import set_level
@@ -69,12 +68,6 @@ def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     return caps is not None and caps.elicitation is not None
 
 
-def _questions(tool: McpTool[Any, Any]) -> dict[str, type[BaseModel]]:
-    """Every question a call of ``tool`` may ask: its keys, and the approval if it needs one."""
-    approval = {APPROVAL_KEY: Approval} if tool.needs_approval else {}
-    return {**approval, **tool.elicits}
-
-
 def _hint_fields(hints: dict[str, bool]) -> dict[str, bool]:
     """``ToolHints`` names → MCP ``ToolAnnotations`` field names."""
     return {f"{name}_hint": value for name, value in hints.items()}
@@ -95,16 +88,22 @@ class McpBridge:
     ) -> None:
         """``manager`` runs every call; ``store`` finds persisted calls after a restart;
         ``cluster`` lets tasks be served by any worker and survive a restart."""
-        self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in registry}
+        # The tools served over MCP whose questions an MCP form can carry, each question's
+        # form schema drawn now, not on the first call. The others are served in the chat
+        # only: said in the log here and by the system check (chatbridge.W010), never a
+        # failed start (the chat serves them).
+        self.flat: dict[str, dict[str, dict[str, Any]]] = {}
+        for plugin in registry.serving("mcp"):
+            try:
+                self.flat[plugin.name] = flat_schemas(plugin.mcp)
+            except ToolDefinitionError as exc:
+                logger.warning("%s It is served in the chat only.", exc)
+        served = [p for p in registry if p.name in self.flat]
+        self.tools: dict[str, McpTool[Any, Any]] = {p.name: p.mcp for p in served}
         # Guest UIs (seed 004) as MCP Apps resources, linked from their tools' _meta.ui.
-        self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in registry if p.ui_resources}
-        self.ui_uris = sorted({uri for p in registry for uri in p.ui_resources})
+        self.ui_of_tool = {p.name: next(iter(p.ui_resources)) for p in served if p.ui_resources}
+        self.ui_uris = sorted({uri for p in served for uri in p.ui_resources})
         self.render_ui = render_ui
-        # Refuse models MCP forms cannot carry now, not on the first call.
-        self.flat = {
-            name: {key: flat_schema(name, key, model) for key, model in _questions(tool).items()}
-            for name, tool in self.tools.items()
-        }
         self.manager, self.settings = manager, settings
         self.pending = PendingRequests()
         self.rounds = Rounds(
@@ -117,7 +116,7 @@ class McpBridge:
         self.caps = CallCaps(settings.max_calls_per_caller)
         self.server: Server[Any] = Server(
             settings.name,
-            version="1.0",
+            version=chatbridge.__version__,  # the installed distribution's version
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_resources=self.resources.list,

@@ -5,7 +5,10 @@
  * "Reconnecting…" (the socket just dropped; the extension is reconnecting), "Offline — your
  * answers will be sent when the connection is back" (a reconnect failed, or the browser is
  * offline). While not connected, #chat-status is emptied: the server sends the true status
- * again when the socket is back.
+ * again when the socket is back. A socket that never opened asks the server (the URL in
+ * #connection-state's data-probe) whether it serves sockets at all; if it does not (Django's
+ * runserver without daphne first in INSTALLED_APPS), the page says so instead of "Offline",
+ * and the console says how to fix it.
  *
  * The extension queues what a ws-send form sends while the socket is not open, and sends the
  * queue once, in order, when it opens again (the same queue across reconnects). Here an answer
@@ -23,8 +26,13 @@
     connected: "Connected",
     reconnecting: "Reconnecting…",
     offline: "Offline — your answers will be sent when the connection is back",
-    closed: "Disconnected — reload the page to connect again"
+    closed: "Disconnected — reload the page to connect again",
+    unserved: "This server does not serve the chat's connection"
   };
+  var UNSERVED_HELP = "ChatBridge: this server answers pages but not the chat's WebSocket. Serve " +
+    "the project with daphne or uvicorn and chatbridge.serving.get_asgi_application, or put " +
+    "\"daphne\" first in INSTALLED_APPS for manage.py runserver (docs/install.md).";
+  var probed = false;
   // Close codes after which the extension reconnects by itself (others end the socket).
   var RECONNECTS = [1006, 1011, 1012, 1013];
   var state = "connecting";
@@ -132,9 +140,28 @@
     settle();
   });
 
+  // The socket has never opened: does this server serve sockets at all? Asked once.
+  function probe() {
+    var element = document.getElementById("connection-state");
+    var url = element && element.getAttribute("data-probe");
+    if (probed || opened || !url || !window.fetch) return;
+    probed = true;
+    fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}})
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (answer) {
+        if (answer && answer.sockets === false && !opened) {
+          setState("unserved");
+          if (window.console) console.error(UNSERVED_HELP);
+        }
+      })
+      .catch(function () {});  // the server is down: "Offline" says it
+  }
+
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail && event.detail.event ? event.detail.event.code : 1006;
     if (leaving) return;  // the page is being left: nothing to tell
+    if (state === "unserved") return;  // it will not connect: said already
+    if (!opened) probe();
     var wrapper = event.detail && event.detail.socketWrapper;
     if (code === 1001 && wrapper && wrapper.reconnect) {
       // The server is going away (a restart): the extension does not reconnect after 1001.
@@ -152,7 +179,7 @@
   window.addEventListener("pageshow", function () { leaving = false; });
 
   window.addEventListener("offline", function () {
-    if (state !== "connected") setState("offline");
+    if (state !== "connected" && state !== "unserved") setState("offline");
   });
 
   // A form sends while the socket is not open: the extension queues the message. Show it as
