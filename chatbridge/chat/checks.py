@@ -20,8 +20,8 @@ def static_files_collected(app_configs: Any = None, **kwargs: Any) -> list[Check
     return [
         Error(
             f"Static files are not collected in {storage.location}.",
-            hint="Run `manage.py collectstatic --noinput` (the README's Deployment section "
-            "lists every step), or set DJANGO_DEBUG=1 for development.",
+            hint="Run `manage.py collectstatic --noinput` (docs/install.md, Production), or "
+            "run with DEBUG = True for development (pages then use the apps' own files).",
             id="chatbridge.E001",
         )
     ]

@@ -5,6 +5,7 @@ pages through WSGI, and answers the socket's handshake with a 404)."""
 
 from __future__ import annotations
 
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
@@ -14,6 +15,7 @@ from chatbridge.chat.routing import SOCKETS_SERVED
 __all__ = ["connection"]
 
 
+@login_not_required  # says nothing about anyone
 @require_safe
 @never_cache
 def connection(request: HttpRequest) -> JsonResponse:

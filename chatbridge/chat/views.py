@@ -9,6 +9,7 @@ from functools import partial
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_not_required
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import (
@@ -352,6 +353,9 @@ async def _expired(request: HttpRequest, token: str) -> HttpResponse | None:
     return HttpResponseRedirect(reverse("chatbridge:elicit_link", args=[fresh]), status=303)
 
 
+# Open to visitors without an account under LoginRequiredMiddleware: the link is the
+# credential, and whoever an MCP client asks may have no account here.
+@login_not_required
 @sensitive_post_parameters()  # what such a page takes is why it is not in the chat
 async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
     """The page of a URL question (``ctx.elicit_url``): the plugin's page for its key, behind
