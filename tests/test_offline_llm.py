@@ -14,7 +14,10 @@ from chatbridge.author.sampling import (
     configured_model,
 )
 from chatbridge.llm import litellm_module
+from chatbridge.llm.planner import plan_reply
+from chatbridge.llm.replies import doing
 from plugins.book_flight.tool import book_flight
+from plugins.pick_card.tool import pick_card
 
 TOOLS = [book_flight.function_spec()]
 LOST = "Error: Plugin session was lost. Please retry the operation."
@@ -38,7 +41,9 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-def tool_turn(call_id: str, args: dict[str, Any], content: str) -> list[dict[str, Any]]:
+def tool_turn(
+    call_id: str, args: dict[str, Any], content: str, tool: str = "book_flight"
+) -> list[dict[str, Any]]:
     return [
         {
             "role": "assistant",
@@ -47,7 +52,7 @@ def tool_turn(call_id: str, args: dict[str, Any], content: str) -> list[dict[str
                 {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": "book_flight", "arguments": json.dumps(args)},
+                    "function": {"name": tool, "arguments": json.dumps(args)},
                 }
             ],
         },
@@ -106,7 +111,7 @@ async def test_a_tool_result_is_summarised() -> None:
     ]
     deltas, _ = await stream(convo)
     assert "".join(deltas) == (
-        "Done: book flight finished — ticket CB-SH142-12C-ABC123, seat 12C. Tip: Arrive early."
+        "All done: I booked the flight — ticket CB-SH142-12C-ABC123, seat 12C. Tip: Arrive early."
     )
     declined = [
         user("x"),
@@ -116,7 +121,7 @@ async def test_a_tool_result_is_summarised() -> None:
     ]
     deltas, _ = await stream(declined)
     assert "".join(deltas) == (
-        "book flight did not go through (flight selection declined). "
+        "Booking the flight did not go through (flight selection declined). "
         "Tell me if you want to try again."
     )
 
@@ -141,9 +146,7 @@ async def test_a_lost_session_is_retried_once_then_apologised_for() -> None:
 async def test_other_tool_errors_get_an_apology() -> None:
     convo = [
         user("Book a flight from JFK to LAX"),
-        *tool_turn(
-            "call_1", {}, "Error: Invalid arguments for tool 'book_flight': origin: Field required."
-        ),
+        *tool_turn("call_1", {}, "Error: KeyError: 'seats' in /srv/app/tool.py line 12"),
     ]
     deltas, message = await stream(convo)
     assert not message.tool_calls
@@ -152,6 +155,68 @@ async def test_other_tool_errors_get_an_apology() -> None:
         "Sorry, booking the flight did not work because of a problem on our side. "
         "You can try again or rephrase."
     )
+
+
+async def test_arguments_the_tool_refused_are_explained_with_what_was_given() -> None:
+    """The system's own check of a call's arguments is explained: which argument, what it
+    should be, what was given; the reply asks for another, it does not call again."""
+    refused = (
+        "Error: Invalid arguments for tool 'pick_card': count: Input should be less than or "
+        "equal to 13. Call it again with arguments matching its parameters schema."
+    )
+    convo = [
+        user("Pick a card, count: 40"),
+        *tool_turn("call_1", {"count": 40}, refused, tool="pick_card"),
+    ]
+    deltas, message = await stream(convo, [pick_card.function_spec()])
+    assert not message.tool_calls
+    assert "".join(deltas) == (
+        "I couldn't pick the card with those details: the count should be less than or "
+        "equal to 13 (you gave 40). Tell me what to use instead."
+    )
+    missing = "Error: Invalid arguments for tool 'book_flight': origin: Field required."
+    deltas, _ = await stream([user("x"), *tool_turn("call_1", {}, missing)])
+    assert "".join(deltas) == (
+        "I couldn't book the flight with those details: the origin is needed. "
+        "Tell me what to use instead."
+    )
+
+
+@pytest.mark.parametrize(
+    ("said", "call"),
+    [
+        (
+            "I need a flight from Boston to Chicago tomorrow",
+            {"origin": "Boston", "destination": "Chicago"},
+        ),
+        ("Could you find me flights from SFO to SEA?", {"origin": "SFO", "destination": "SEA"}),
+    ],
+)
+async def test_natural_phrasings_find_the_tool(said: str, call: dict[str, str]) -> None:
+    """The tool's object is enough ("a flight"), without its verb ("book")."""
+    _, message = await stream([user(said)])
+    [made] = message.tool_calls
+    assert made.function.name == "book_flight" and json.loads(made.function.arguments) == call
+
+
+def test_a_count_in_words_or_digits_before_the_tool_s_object_is_its_number() -> None:
+    tools = [pick_card.function_spec()]
+    for said, count in [
+        ("pick three cards", 3),
+        ("deal me 4 cards please", 4),
+        ("pick a card", None),
+    ]:
+        [made] = plan_reply([{"role": "user", "content": said}], tools).tool_calls
+        assert made.arguments.get("count") == count, said
+
+
+def test_a_tool_s_name_reads_as_what_it_does() -> None:
+    assert [doing(n, gerund=True) for n in ("plan_meeting", "open_door", "stop_call")] == [
+        "planning the meeting", "opening the door", "stopping the call",
+    ]  # fmt: skip
+    assert [doing(n, past=True) for n in ("plan_meeting", "send_feedback", "copy_file")] == [
+        "planned the meeting", "sent the feedback", "copied the file",
+    ]  # fmt: skip
 
 
 async def test_sampling_is_short_deterministic_and_respects_max_tokens() -> None:

@@ -352,7 +352,7 @@ def test_a_long_conversation_takes_time_in_proportion_to_its_size(last: dict[str
 def test_a_tool_result_nested_too_deeply_for_json_is_summarised_as_text() -> None:
     convo = conversation(1, "book flight from JFK to LAX")
     convo.append({"role": "tool", "tool_call_id": "call_0", "content": "[" * 5000})
-    assert plan_reply(convo, TOOLS).text == "book flight finished: " + "[" * 300
+    assert plan_reply(convo, TOOLS).text == "Here is what booking the flight gave: " + "[" * 300
 
 
 # What the reader understands: kept from the regular expressions, or changed on purpose.

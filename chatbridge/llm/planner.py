@@ -1,11 +1,13 @@
 r"""What the offline model says: a small, deterministic reader of conversations.
 
-It picks a tool whose name the user's words contain ("book a flight" → ``book_flight``), fills
-the arguments from the tool's JSON Schema ("from JFK to LAX", ``name: value``), summarises tool
-results, retries a lost session once (only on the system's own marker), says plainly when the
-user stopped or denied a call or an operator stopped it (never retrying those), and apologises
-for other tool errors without quoting them. Without tools on
-offer (``ctx.sample``) it writes one short deterministic answer to the prompt.
+It picks a tool whose name the user's words contain ("book a flight" → ``book_flight``), or
+whose object they do ("I need a flight"), fills the arguments from the tool's JSON Schema ("from
+JFK to LAX", ``name: value``, "three cards" for its one number), summarises tool results and
+explains arguments a tool refused (``chatbridge.llm.replies`` words them), retries a lost
+session once (only on the system's own marker), says plainly when the user stopped or denied a
+call or an operator stopped it (never retrying those), and apologises for other tool errors
+without quoting them. Without tools on offer (``ctx.sample``) it writes one short deterministic
+answer to the prompt.
 
 Everything here runs synchronously on the server's event loop, on text any visitor can send, so
 every step must be linear in the size of its input; ``message_text`` says how a message is read
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chatbridge.llm.message_text import MessageText, key_tokens
+from chatbridge.llm.replies import INVALID_ARGUMENTS, doing, explain_arguments, summarise
 
 __all__ = ["Reply", "ToolCall", "plan_reply"]
 
@@ -99,9 +102,46 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower().replace("colour", "color"))
 
 
-def _matches(tool: Mapping[str, Any], words: Sequence[str]) -> bool:
-    tokens = [t for t in re.split(r"[_\-]+", _tool_name(tool).lower()) if t]
+def _tokens(tool: Mapping[str, Any]) -> list[str]:
+    return [t for t in re.split(r"[_\-]+", _tool_name(tool).lower()) if t]
+
+
+def _matches(tokens: Sequence[str], words: Sequence[str]) -> bool:
     return bool(tokens) and all(any(w.startswith(t) for w in words) for t in tokens)
+
+
+def _asked_for(tools: Sequence[Mapping[str, Any]], words: Sequence[str]) -> list[Mapping[str, Any]]:
+    """The tools the words ask for: those whose name's words all appear ("book a flight" →
+    ``book_flight``), else those whose object does, without the verb ("I need a flight")."""
+    named = [t for t in tools if _matches(_tokens(t), words)]
+    if named:
+        return named
+    return [t for t in tools if len(_tokens(t)) > 1 and _matches(_tokens(t)[1:], words)]
+
+
+# "three cards": a count in words, up to a dozen.
+_NUMBER_WORDS = {
+    word: n
+    for n, word in enumerate(
+        (
+            "zero", "one", "two", "three", "four", "five", "six",
+            "seven", "eight", "nine", "ten", "eleven", "twelve",
+        )
+    )
+}  # fmt: skip
+_NUMBER_WORDS.update({"a": 1, "an": 1, "single": 1, "couple": 2, "dozen": 12})
+
+
+def _counted(tool: Mapping[str, Any], words: Sequence[str]) -> int | None:
+    """A number said right before the tool's object ("pick three cards" → 3), if any."""
+    objects = _tokens(tool)[1:] or _tokens(tool)
+    for before, word in zip(words, words[1:], strict=False):
+        if any(word.startswith(t) for t in objects):
+            if before.isdigit() and len(before) <= 6:
+                return int(before)
+            if before in _NUMBER_WORDS and before not in ("a", "an"):
+                return _NUMBER_WORDS[before]
+    return None
 
 
 def _coerce(value: str, schema: Mapping[str, Any]) -> Any:
@@ -123,7 +163,9 @@ def _hinted(name: str, hint: str) -> bool:
     return name == hint or name.startswith(hint + "_") or (len(hint) > 3 and name.startswith(hint))
 
 
-def _extract_arguments(tool: Mapping[str, Any], text: MessageText) -> dict[str, Any]:
+def _extract_arguments(
+    tool: Mapping[str, Any], text: MessageText, words: Sequence[str]
+) -> dict[str, Any]:
     params = _tool_function(tool).get("parameters") or {}
     props: Mapping[str, Any] = params.get("properties") or {}
     args: dict[str, Any] = {}
@@ -132,6 +174,11 @@ def _extract_arguments(tool: Mapping[str, Any], text: MessageText) -> dict[str, 
         first = min((f for f in found if f is not None), default=None)
         if first is not None:
             args[name] = _coerce(first[1], schema)
+    counts = [n for n, schema in props.items() if schema.get("type") == "integer"]
+    if len(counts) == 1 and counts[0] not in args:  # one number to fill: "three cards"
+        count = _counted(tool, words)
+        if count is not None:
+            args[counts[0]] = count
     if text.route:
         for hints, value in zip((_ORIGIN_HINTS, _DEST_HINTS), text.route, strict=True):
             for name in props:
@@ -166,32 +213,6 @@ def _help(tools: Sequence[Mapping[str, Any]]) -> Reply:
     )
 
 
-def _summarise(tool: str, content: str) -> str:
-    label = tool.replace("_", " ")
-    try:
-        data = json.loads(content)
-    except (ValueError, RecursionError):  # deeply nested JSON is text too
-        return f"{label} finished: {content[:300]}"
-    if isinstance(data, str):
-        return data[:500]
-    if not isinstance(data, dict):
-        return f"{label} finished: {json.dumps(data)[:300]}"
-    if data.get("cancelled") is True:
-        return f"{label} was cancelled. Tell me if you want to try again."
-    for flag in ("booked", "ok", "success", "done", "received"):
-        if data.get(flag) is False:
-            reason = data.get("reason") or data.get("error") or "not completed"
-            return f"{label} did not go through ({reason}). Tell me if you want to try again."
-    tip = data.get("tip") if isinstance(data.get("tip"), str) else None
-    facts = [
-        f"{k.replace('_', ' ')} {v}"
-        for k, v in data.items()
-        if k != "tip" and isinstance(v, str | int | float) and not isinstance(v, bool)
-    ][:6]
-    text = f"Done: {label} finished" + (f" — {', '.join(facts)}." if facts else ".")
-    return text + (f" Tip: {tip}" if tip else "")
-
-
 def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
     calls: dict[str, ToolCall] = {}
     for message in messages:
@@ -205,21 +226,6 @@ def _calls_by_id(messages: Sequence[Message]) -> dict[str, ToolCall]:
                 str(call.get("id")), str(fn.get("name")), arguments
             )
     return calls
-
-
-def _gerund(verb: str) -> str:
-    if verb.endswith("e") and not verb.endswith("ee"):
-        return verb[:-1] + "ing"
-    return verb + "ing"
-
-
-def _doing(name: str, *, gerund: bool) -> str:
-    """``book_flight`` → "booking the flight" (or "book the flight")."""
-    words = [w for w in re.split(r"[_\-\s]+", name) if w]
-    if len(words) < 2:
-        return f"the {' '.join(words) or 'tool'}"
-    verb = _gerund(words[0]) if gerund else words[0]
-    return f"{verb} the {' '.join(words[1:])}"
 
 
 def _their_reason(content: str) -> str:
@@ -238,23 +244,30 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
     folded = content[:40].lower()
     if folded.startswith(_USER_STOPPED):
         return Reply(
-            f"OK, I stopped {_doing(name, gerund=True)} as you asked. "
+            f"OK, I stopped {doing(name, gerund=True)} as you asked. "
             "Tell me if you want to start again."
         )
     if folded.startswith(_DENIED):
         return Reply(
-            f"OK, I did not {_doing(name, gerund=False)}, as you asked. "
+            f"OK, I did not {doing(name, gerund=False)}, as you asked. "
             "Tell me if you change your mind."
         )
     if folded.startswith(_OPERATOR):
         why = _their_reason(content)[:300]
         return Reply(
-            f"An operator stopped {_doing(name, gerund=True)}"
+            f"An operator stopped {doing(name, gerund=True)}"
             + (f" (their reason: {why})" if why else "")
             + ". I won't start it again by myself; ask me if you still need it."
         )
     if not folded.startswith("error"):
-        return Reply(_summarise(name, content))
+        return Reply(summarise(name, content))
+    if (
+        content[:40].lower().startswith(INVALID_ARGUMENTS)
+    ):  # the system's own check of the arguments
+        return Reply(
+            f"I couldn't {doing(name)} with those details: "
+            f"{explain_arguments(content, call)}. Tell me what to use instead."
+        )
     since_user = 0
     for message in reversed(messages):
         if message.get("role") == "user":
@@ -267,7 +280,7 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
         return Reply(f"The {name.replace('_', ' ')} session was lost; trying again.", [retry])
     # The error's text is for logs and the admin, never quoted to the user.
     return Reply(
-        f"Sorry, {_doing(name, gerund=True)} did not work because of a problem on our side. "
+        f"Sorry, {doing(name, gerund=True)} did not work because of a problem on our side. "
         "You can try again or rephrase."
     )
 
@@ -278,12 +291,10 @@ def _after_user(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
     parsed: MessageText | None = None
     calls: list[tuple[str, dict[str, Any]]] = []
     question: Reply | None = None
-    for tool in tools:  # every tool the message asks for is called, in one reply
-        if not _matches(tool, words):
-            continue
+    for tool in _asked_for(tools, words):  # every tool asked for is called, in one reply
         fn = _tool_function(tool)
         parsed = parsed or MessageText(text)
-        args = _extract_arguments(tool, parsed)
+        args = _extract_arguments(tool, parsed, words)
         required = list((fn.get("parameters") or {}).get("required") or ())
         missing = [r for r in required if r not in args]
         name = str(fn.get("name"))
