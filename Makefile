@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck pytest test-fast fuzz race bench bench-quick clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs pytest test-fast fuzz race bench bench-quick clean
 
 # The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
 # itself installed as a package (editable), as a project that uses it installs it.
@@ -51,6 +51,11 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# The documentation site (Sphinx, MyST, furo) in docs/_build/html: every page read again, and
+# a warning (a broken reference, a docstring Sphinx cannot read) fails the build.
+docs: setup
+	$(BIN)/sphinx-build -E -a -W --keep-going -q -b html docs docs/_build/html
+
 # What the tests need from the distribution: chromium (the browser tests) and haproxy (the
 # balancer of the cluster tests), installed in one apt-get run when missing and we are root.
 SYSTEM_PACKAGES := chromium haproxy
@@ -85,7 +90,7 @@ pytest: setup browser npm-clients
 # The installs are independent (pip, npm, apt): they run side by side, then the checks.
 test:
 	@$(MAKE) --no-print-directory -j3 setup npm-clients browser
-	@$(MAKE) --no-print-directory lint typecheck pytest
+	@$(MAKE) --no-print-directory lint typecheck docs pytest
 
 # The inner loop (under a minute here): lint, types, and the tests that need no server
 # process, browser or service (pytest -m "not slow and not browser and not services").

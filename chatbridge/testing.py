@@ -1,6 +1,6 @@
 """Testing a tool without a browser or an MCP client: ``run_tool`` runs it through the real
 runtime (a ``SessionManager``, journal, validation, the offline model for ``ctx.sample``) and
-answers its questions from a script.
+answers its questions from a script::
 
     run = await run_tool(book, {"origin": "JFK", "destination": "LAX"},
                          answers={PICK_FLIGHT: {"flight_id": "UA1"}, PICK_SEAT: Decline()})

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PAGES = sorted(p for p in DOCS.glob("*.md") if p.name not in ("README.md", "install.md"))
+# The guide's pages with samples (the site's index and API reference have none).
+SITE_ONLY = ("index.md", "reference.md")
+PAGES = sorted(
+    p for p in DOCS.glob("*.md") if p.name not in ("README.md", "install.md", *SITE_ONLY)
+)
 BLOCK = re.compile(r"^```python( fragment)?\n(.*?)^```", re.S | re.M)
 
 
