@@ -38,7 +38,7 @@ run: migrate static
 	CHATBRIDGE_MCP_PUBLIC=$${CHATBRIDGE_MCP_PUBLIC:-$(MCP_PUBLIC)} \
 	$(BIN)/daphne -b $(HOST) -p $(PORT) --websocket-max-message-size 65536 chatbridge.asgi:application
 
-# The production server (README "Deployment"): uvicorn, frames over 64 KiB refused unread.
+# The production server (docs/production.md): uvicorn, frames over 64 KiB refused unread.
 serve: migrate static
 	$(BIN)/python -m uvicorn chatbridge.asgi:application --host $(HOST) --port $(PORT) \
 	  --lifespan on --ws websockets --ws-max-size 65536

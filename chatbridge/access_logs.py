@@ -3,7 +3,7 @@ access log and Django's request log show the path with the token masked.
 
 uvicorn's access lines and Django's request warnings are log records (a filter masks them);
 daphne writes its access lines to a stream itself (its writer is wrapped). A reverse proxy in
-front keeps its own log: mask ``/elicit/`` paths there too (see the README).
+front keeps its own log: mask ``/elicit/`` paths there too (see docs/production.md).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ with no network and no key. Scale out with environment variables:
 - ``REDIS_URL``      ``redis://host:6379/0`` selects the ``channels_redis`` layer
 - ``CHATBRIDGE_MODEL`` any litellm model string (default ``offline/chatbridge-1``)
 - ``DJANGO_DEBUG`` (off unless set), ``DJANGO_SECRET_KEY``, ``DJANGO_ALLOWED_HOSTS``, the TLS
-  proxy settings and the ``/mcp`` policy: the README's Configuration table lists them all.
+  proxy settings and the ``/mcp`` policy: docs/configuration.md lists them all.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ CHATBRIDGE_PUBLIC_URL = os.environ.get("CHATBRIDGE_PUBLIC_URL", "").strip().rstr
 CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
 CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))
 
-# Caps per visitor, and the days ended tool calls are kept (README: Limits); "none": no cap.
+# Caps per visitor, and the days ended tool calls are kept (docs/chat.md: Limits); "none": no cap.
 CHATBRIDGE_QUEUE_PER_CONVERSATION = env_limit(_env, "CHATBRIDGE_QUEUE_PER_CONVERSATION", 20)
 CHATBRIDGE_QUEUE_PER_VISITOR = env_limit(_env, "CHATBRIDGE_QUEUE_PER_VISITOR", 50)
 CHATBRIDGE_RUNNING_TURNS_PER_VISITOR = env_limit(_env, "CHATBRIDGE_RUNNING_TURNS_PER_VISITOR", 10)

@@ -77,7 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, server_database: Path) -> I
 
 @pytest.fixture(scope="session")
 def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Production]:
-    """The app started by the README's production commands (uvicorn, production settings,
+    """The app started by docs/production.md's production commands (uvicorn, production settings,
     no MCP policy chosen)."""
     tmp = tmp_path_factory.mktemp("production")
     server = start_production(tmp, production_env(tmp))

@@ -1,4 +1,4 @@
-"""Starting the app the way the README's Deployment section says, for tests of production."""
+"""Starting the app the way docs/production.md says, for tests of production."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 from tests.servers import ROOT, free_port, start_module
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "production.md"
 MARKER = "<!-- production commands: tests/test_deployment.py runs exactly these lines -->"
 
 
 def readme_commands() -> list[list[str]]:
-    """The ``.venv/bin/python …`` lines of the README's production block, as argument lists."""
+    """The ``.venv/bin/python …`` lines of docs/production.md's block, as argument lists."""
     text = README.read_text()
-    assert MARKER in text, "README.md lost its production commands block"
+    assert MARKER in text, "docs/production.md lost its production commands block"
     block = text.split(MARKER, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = block.replace("\\\n", " ").splitlines()
     return [shlex.split(line) for line in lines if line.startswith(".venv/bin/python ")]

@@ -1,4 +1,4 @@
-"""The chat in chromium against the app started the production way (README "Deployment")."""
+"""The chat in chromium against the app started the production way (docs/production.md)."""
 
 from __future__ import annotations
 

@@ -279,8 +279,8 @@ async def test_one_seat_answer_runs_the_expected_modules() -> None:
 
 
 def test_the_readme_lists_the_path_this_test_asserts() -> None:
-    """README "Layout" names the files of one seat answer: the same set as ``EXPECTED_PATH``."""
-    text = (ROOT / "README.md").read_text()
+    """docs/layout.md names the files of one seat answer: the same set as ``EXPECTED_PATH``."""
+    text = (ROOT / "docs" / "layout.md").read_text()
     start = text.index("One seat answer from the browser")
     end = text.index("files. Issue 26", start)
     listed = {f"chatbridge/{name}" for name in re.findall(r"`([a-z_/]+\.py)`", text[start:end])}

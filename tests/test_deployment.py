@@ -1,7 +1,8 @@
 """The production configuration, as an operator and an attacker meet it.
 
-Settings are read from the environment in fresh processes; servers are started by the README's
-own commands (uvicorn) or like ``make run`` (daphne), and spoken to over real sockets.
+Settings are read from the environment in fresh processes; servers are started by the
+commands of docs/production.md (uvicorn) or like ``make run`` (daphne), and spoken to over
+real sockets.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def test_database_urls_give_a_pool_for_postgresql_and_waiting_writers_for_sqlite
         database_from_url("mysql://x/y")
 
 
-# -- the production server (the README's commands) ----------------------------------------------
+# -- the production server (docs/production.md's commands) ----------------------------------------
 
 
 def test_foreign_hosts_and_unknown_urls_get_no_debug_pages(production: Production) -> None:
