@@ -73,7 +73,9 @@ async def test_presets_decline_and_cancel(browser: Browser, server: str) -> None
     await expect(page.get_by_text("No colour chosen (decline).")).to_be_visible(timeout=15000)
     # The turn ends with the model's reply; a message sent before that is refused as busy.
     reply = page.locator("article.msg.assistant").last
-    await expect(reply).to_contain_text("choose color finished", timeout=15000)
+    await expect(reply).to_contain_text(
+        "Choosing the color did not go through (you declined)", timeout=15000
+    )
 
     box = page.get_by_role("textbox", name="Message")
     await box.fill("Choose a colour")
@@ -161,7 +163,7 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
     await expect(card.locator(".status")).to_have_text("Done", timeout=15000)
     await expect(card.locator(".tool-result")).to_contain_text("#12ab34")
     reply = page.locator("article.msg.assistant").last
-    await expect(reply).to_contain_text("pick tint finished", timeout=15000)
+    await expect(reply).to_contain_text("All done: I picked the tint", timeout=15000)
 
     await box.fill("Pick a tint")
     await box.press("Enter")
@@ -183,6 +185,7 @@ SEED_004_HOST = """<!doctype html><html><head><meta charset="utf-8"><title>Seed 
 </head><body><iframe id="guest" sandbox="allow-scripts" title="Guest"
   style="width: 480px; height: 560px"></iframe><script>
 window.submissions = [];
+window.announced = 0;
 window.context = {message: "Please select a color for your theme",
   schema: {type: "object", properties: {color: {type: "string"}}, required: ["color"]},
   context: {defaultColor: "#a855f7", theme: "dark"}};
@@ -193,7 +196,10 @@ window.addEventListener("message", (event) => {
   if (event.source !== frame.contentWindow) { return; }
   const m = event.data || {};
   const method = m.method || m.type;
-  if (method === "ui-lifecycle-iframe-ready") { window.sendContext({}); }
+  if (method === "ui-lifecycle-iframe-ready") {
+    window.announced += 1; window.firstAnnounced = window.firstAnnounced || performance.now();
+    window.sendContext({});
+  }
   else if (method === "ui/submit-elicitation") { window.submissions.push(m.params); }
 });
 </script></body></html>"""
@@ -207,6 +213,12 @@ async def test_the_picker_speaks_seed_004_to_a_seed_004_host(browser: Browser, s
     await page.evaluate("(html) => { document.getElementById('guest').srcdoc = html; }", picker)
     guest = page.frame_locator("#guest")
     await expect(guest.locator("#message")).to_have_text("Please select a color for your theme")
+    # Answered in seed 004, the guest does not announce itself again: its fallback
+    # announcement (1 s after loading, for hosts that ignore the first) made this host send the
+    # context again, clearing a refusal shown meanwhile (the test failed under load). Checked
+    # past twice that horizon (a clock of the page: the sandboxed frame's cannot be faked).
+    await page.wait_for_function("performance.now() > window.firstAnnounced + 2000")
+    assert await page.evaluate("window.announced") == 1
     await expect(guest.get_by_label("Custom colour (hex)")).to_have_value("#a855f7")
     await expect(guest.locator("body")).to_have_class("dark")
 

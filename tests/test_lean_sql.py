@@ -101,17 +101,23 @@ def test_lean_statements_store_what_the_orm_stores_on_sqlite() -> None:
     assert exercise() == EXPECTED
 
 
-@pytest.mark.services
-def test_lean_statements_store_what_the_orm_stores_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+def on_postgresql(function: str, url: str) -> object:
+    """What ``tests.test_lean_sql.<function>()`` returns, run on a migrated PostgreSQL
+    database in a process of its own (as JSON)."""
     out = run_django(
         "import json\n"
         "from django.core.management import call_command\n"
         "call_command('migrate', verbosity=0)\n"
-        "from tests.test_lean_sql import exercise\n"
-        "print(json.dumps(exercise()))\n",
-        DATABASE_URL=postgres_url,
+        f"from tests.test_lean_sql import {function}\n"
+        f"print(json.dumps({function}()))\n",
+        DATABASE_URL=url,
     )
-    assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(EXPECTED))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.services
+def test_lean_statements_store_what_the_orm_stores_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+    assert on_postgresql("exercise", postgres_url) == json.loads(json.dumps(EXPECTED))
 
 
 def upserts() -> dict[str, object]:
@@ -176,12 +182,4 @@ def test_one_statement_upserts_on_sqlite() -> None:
 
 @pytest.mark.services
 def test_one_statement_upserts_on_postgresql(postgres_url: str) -> None:  # noqa: F811
-    out = run_django(
-        "import json\n"
-        "from django.core.management import call_command\n"
-        "call_command('migrate', verbosity=0)\n"
-        "from tests.test_lean_sql import upserts\n"
-        "print(json.dumps(upserts()))\n",
-        DATABASE_URL=postgres_url,
-    )
-    assert json.loads(out.strip().splitlines()[-1]) == json.loads(json.dumps(UPSERTS))
+    assert on_postgresql("upserts", postgres_url) == json.loads(json.dumps(UPSERTS))

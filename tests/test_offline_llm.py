@@ -124,6 +124,12 @@ async def test_a_tool_result_is_summarised() -> None:
         "Booking the flight did not go through (flight selection declined). "
         "Tell me if you want to try again."
     )
+    # Any false flag with a reason: the person's exit in words.
+    color = json.dumps({"chosen": False, "reason": "decline"})
+    deltas, _ = await stream([user("x"), *tool_turn("call_1", {}, color, tool="choose_color")])
+    assert "".join(deltas) == (
+        "Choosing the color did not go through (you declined). Tell me if you want to try again."
+    )
 
 
 async def test_a_lost_session_is_retried_once_then_apologised_for() -> None:

@@ -67,6 +67,10 @@ def capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+# A person's exits, as a reason says them ("decline" is what the tool returned).
+_REASONS = {"decline": "you declined", "cancel": "cancelled"}
+
+
 def summarise(tool: str, content: str) -> str:
     what = capital(doing(tool, gerund=True))  # "Booking the flight"
     try:
@@ -79,10 +83,15 @@ def summarise(tool: str, content: str) -> str:
         return f"Here is what {doing(tool, gerund=True)} gave: {json.dumps(data)[:300]}"
     if data.get("cancelled") is True:
         return f"{what} was cancelled. Tell me if you want to try again."
-    for flag in ("booked", "ok", "success", "done", "received"):
-        if data.get(flag) is False:
-            reason = data.get("reason") or data.get("error") or "not completed"
-            return f"{what} did not go through ({reason}). Tell me if you want to try again."
+    # Not done: a known flag is false, or a result gives a reason next to a false flag
+    # ({"chosen": false, "reason": "decline"}).
+    flags = ("booked", "ok", "success", "done", "received")
+    said = data.get("reason") if isinstance(data.get("reason"), str) else None
+    if any(data.get(f) is False for f in flags) or (
+        said and any(v is False for v in data.values())
+    ):
+        reason = _REASONS.get(str(said), said) or data.get("error") or "not completed"
+        return f"{what} did not go through ({reason}). Tell me if you want to try again."
     tip = data.get("tip") if isinstance(data.get("tip"), str) else None
     facts = [
         f"{k.replace('_', ' ')} {v}"
