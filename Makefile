@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs pytest test-fast fuzz race bench bench-quick clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs messages pytest test-fast fuzz race bench bench-quick clean
 
 # The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
 # itself installed as a package (editable), as a project that uses it installs it.
@@ -56,12 +56,18 @@ typecheck: setup
 docs: setup
 	$(BIN)/sphinx-build -E -a -W --keep-going -q -b html docs docs/_build/html
 
+# The translation catalogs: every marked string extracted into its app's .po files, then
+# compiled (.mo, shipped). Translate what is new between the two runs (docs/languages.md).
+messages: setup
+	$(BIN)/python -m tests.messages
+
 # What the tests need from the distribution: chromium (the browser tests) and haproxy (the
 # balancer of the cluster tests), installed in one apt-get run when missing and we are root.
-SYSTEM_PACKAGES := chromium haproxy
+# gettext's msgfmt and xgettext check the translation catalogs (tests/test_i18n.py).
+SYSTEM_PACKAGES := chromium:chromium haproxy:haproxy gettext:msgfmt
 browser:
-	@missing=""; for package in $(SYSTEM_PACKAGES); do \
-	  PATH="$$PATH:/usr/sbin" command -v $$package >/dev/null 2>&1 || missing="$$missing $$package"; done; \
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do package=$${pair%%:*}; program=$${pair#*:}; \
+	  PATH="$$PATH:/usr/sbin" command -v $$program >/dev/null 2>&1 || missing="$$missing $$package"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

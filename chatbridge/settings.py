@@ -83,6 +83,9 @@ MIDDLEWARE = [
     "chatbridge.chat.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The page's language from the browser's Accept-Language (or the language cookie); the chat's
+    # socket follows the same choice (chatbridge.chat.languages).
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -168,7 +171,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-LANGUAGE_CODE = "en-us"
+LANGUAGE_CODE = "en"
+# The languages the chat speaks: English and the French it ships (docs/languages.md).
+LANGUAGES = [("en", "English"), ("fr", "Français")]
+# The framework's catalog also holds the strings of chatbridge/ outside its apps (makemessages
+# stores them in the first of these).
+LOCALE_PATHS = [BASE_DIR / "chatbridge" / "chat" / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

@@ -109,14 +109,15 @@ class ChatClient:
         return await self.next("conversation_state", timeout, phase="done")
 
 
-async def html_socket() -> WebsocketCommunicator:
-    """A connected browser-mode (HTML fragments) socket on a new browser's new conversation."""
+async def html_socket(*headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
+    """A connected browser-mode (HTML fragments) socket on a new browser's new conversation
+    (its handshake with ``headers`` too, such as ``Accept-Language``)."""
     key = await new_browser_session()
     conversation = await new_conversation(key)
     socket = WebsocketCommunicator(
         application,
         f"/ws/chat/{conversation}/",
-        headers=[ORIGIN, HOST, (b"cookie", f"sessionid={key}".encode())],
+        headers=[ORIGIN, HOST, (b"cookie", f"sessionid={key}".encode()), *headers],
     )
     connected, code = await socket.connect(timeout=10)
     assert connected, f"socket refused with code {code}"

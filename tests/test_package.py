@@ -60,6 +60,9 @@ def test_the_wheel_is_django_chatbridge_licensed_bsd_3_clause(built: tuple[Path,
     assert {"production", "redis", "postgres", "all"} <= set(meta.get_all("Provides-Extra") or [])
     # The package and its type marker; not this repository's demo site.
     assert "chatbridge/py.typed" in names and "chatbridge/__init__.py" in names
+    # The French translation, compiled: the pages' words and the chat scripts' (docs/languages.md).
+    catalog = "chatbridge/chat/locale/fr/LC_MESSAGES"
+    assert {f"{catalog}/django.mo", f"{catalog}/djangojs.mo"} <= set(names)
     assert not any(n in names for n in ("chatbridge/settings.py", "chatbridge/asgi.py"))
     assert not any(n.startswith(("plugins/", "tests/", "bench/")) for n in names)
 

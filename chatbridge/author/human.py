@@ -17,6 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from chatbridge.author.language import gettext as _
+from chatbridge.author.language import gettext_noop
+
 __all__ = [
     "NUL_TECHNICAL",
     "HumanText",
@@ -32,8 +35,8 @@ __all__ = [
 # The error type of a text with a NUL character (``chatbridge.calls.storable``), and its words.
 NUL_KIND = "string_nul"
 NUL_TECHNICAL = "String should not contain a NUL character (U+0000)"
-EMAIL_EXAMPLE = "Enter an email address like name@example.com"
-COLOUR_EXAMPLE = "Enter a colour as # and six hex digits, like #1a2b3c"
+EMAIL_EXAMPLE = gettext_noop("Enter an email address like name@example.com")
+COLOUR_EXAMPLE = gettext_noop("Enter a colour as # and six hex digits, like #1a2b3c")
 _COLOUR_PATTERNS = ("^#[0-9a-fA-F]{6}$", "^#[0-9a-f]{6}$", "^#[0-9A-Fa-f]{6}$")
 
 
@@ -57,7 +60,7 @@ def field_label(name: str, schema: Mapping[str, Any] | None = None) -> str:
     # pydantic's own title ("Flight Id") is the name title-cased: say it as words instead.
     if isinstance(title, str) and title.strip() and title.strip() != words.title():
         return title.strip()
-    return words[:1].upper() + words[1:] if words else "This answer"
+    return words[:1].upper() + words[1:] if words else _("This answer")
 
 
 def _plain_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,15 +86,20 @@ def _properties(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
 def _pattern_message(schema: Mapping[str, Any], label: str, pattern: str) -> str:
     pattern = str(schema.get("pattern") or pattern or "")
     if schema.get("format") == "email" or "@" in pattern:
-        return EMAIL_EXAMPLE
+        return _(EMAIL_EXAMPLE)
     if pattern in _COLOUR_PATTERNS:
-        return COLOUR_EXAMPLE
+        return _(COLOUR_EXAMPLE)
     description = str(schema.get("description") or "").strip().rstrip(".")
     if description.lower().startswith("like "):
-        return f"Enter the {label.lower()} {description[0].lower()}{description[1:]}"
+        like = description[0].lower() + description[1:]
+        # Translators: "Enter the postcode like AB1 2CD" (the example is the field's own)
+        return _("Enter the %(field)s %(example)s") % {"field": label.lower(), "example": like}
     if description:
-        return f"Enter the {label.lower()} in the expected form ({description})"
-    return f"Enter the {label.lower()} in the expected form"
+        return _("Enter the %(field)s in the expected form (%(description)s)") % {
+            "field": label.lower(),
+            "description": description,
+        }
+    return _("Enter the %(field)s in the expected form") % {"field": label.lower()}
 
 
 def _number(value: Any) -> str:
@@ -103,12 +111,15 @@ def _number(value: Any) -> str:
 def _range_message(schema: Mapping[str, Any], fallback: str) -> str:
     low, high = schema.get("minimum"), schema.get("maximum")
     if low is not None and high is not None:
-        return f"Enter a number from {_number(low)} to {_number(high)}"
+        return _("Enter a number from %(low)s to %(high)s") % {
+            "low": _number(low),
+            "high": _number(high),
+        }
     return fallback
 
 
 def _characters(count: Any) -> str:
-    return "1 character" if count == 1 else f"{count} characters"
+    return _("1 character") if count == 1 else _("%(count)s characters") % {"count": count}
 
 
 def _choices(expected: str) -> str:
@@ -121,59 +132,60 @@ def _message(
     """The words for one error of ``kind`` (pydantic's error types; jsonschema's are mapped
     onto them) on a field described by ``schema``."""
     if kind in ("missing", "required"):
-        return "This field is required"
+        return _("This field is required")
     if kind == "string_pattern_mismatch":
         return _pattern_message(schema, label, str(constraint or ""))
     if kind == "string_too_short":
         return (
-            "This field is required"
+            _("This field is required")
             if constraint == 1
-            else f"Enter at least {_characters(constraint)}"
+            else _("Enter at least %(count)s") % {"count": _characters(constraint)}
         )
     if kind == "string_too_long":
-        return f"Use at most {_characters(constraint)}"
+        return _("Use at most %(count)s") % {"count": _characters(constraint)}
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        bound = {"bound": _number(constraint)}
         words = {
-            "greater_than_equal": f"Enter {_number(constraint)} or more",
-            "greater_than": f"Enter more than {_number(constraint)}",
-            "less_than_equal": f"Enter {_number(constraint)} or less",
-            "less_than": f"Enter less than {_number(constraint)}",
+            "greater_than_equal": _("Enter %(bound)s or more"),
+            "greater_than": _("Enter more than %(bound)s"),
+            "less_than_equal": _("Enter %(bound)s or less"),
+            "less_than": _("Enter less than %(bound)s"),
         }[kind]
-        return _range_message(schema, words)
+        return _range_message(schema, words % bound)
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return _range_message(schema, "Enter a whole number")
+        return _range_message(schema, _("Enter a whole number"))
     if kind in ("float_parsing", "float_type", "decimal_parsing", "decimal_type"):
-        return _range_message(schema, "Enter a number")
+        return _range_message(schema, _("Enter a number"))
     if kind in ("bool_parsing", "bool_type"):
-        return "Choose yes or no"
+        return _("Choose yes or no")
     if kind in ("literal_error", "enum"):
         return (
-            f"Choose one of: {_choices(str(constraint))}"
+            _("Choose one of: %(choices)s") % {"choices": _choices(str(constraint))}
             if constraint
-            else "Choose one of the options"
+            else _("Choose one of the options")
         )
     if kind.startswith("date_"):
-        return "Enter a date, like 2026-05-31"
+        return _("Enter a date, like 2026-05-31")
     if kind.startswith("datetime") or kind.startswith("time_"):
-        return "Enter a date and time, like 2026-05-31 14:30"
+        return _("Enter a date and time, like 2026-05-31 14:30")
     if kind.startswith("url_"):
-        return "Enter a web address, like https://example.com"
+        return _("Enter a web address, like https://example.com")
     if kind == "string_unicode":
-        return "Enter plain text: this has a character that cannot be read"
+        return _("Enter plain text: this has a character that cannot be read")
     if kind == NUL_KIND:
-        return "Enter plain text: this has a NUL character (U+0000), which cannot be saved"
+        return _("Enter plain text: this has a NUL character (U+0000), which cannot be saved")
     if kind == "string_type":
-        return "Enter some text"
+        return _("Enter some text")
     if kind in ("list_type", "too_short", "too_long"):
         if kind == "too_short":
-            return f"Choose at least {constraint}"
+            return _("Choose at least %(count)s") % {"count": constraint}
         if kind == "too_long":
-            return f"Choose at most {constraint}"
-        return "Choose from the options"
+            return _("Choose at most %(count)s") % {"count": constraint}
+        return _("Choose from the options")
     if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return "The answer must be a set of fields, as the form sends it"
+        return _("The answer must be a set of fields, as the form sends it")
     if kind == "extra_forbidden":
-        return "This field is not part of the question"
+        return _("This field is not part of the question")
     if kind == "value_error":
         return technical.removeprefix("Value error, ")
     if kind == "assertion_error":
@@ -268,30 +280,37 @@ def schema_error_message(
 # --- chat-level errors ------------------------------------------------------------------
 
 _CHAT_ERRORS = {
-    "BAD_JSON": "That could not be sent: the page sent something the server could not read. "
-    "Reload the page and try again.",
-    "BAD_COMMAND": "That could not be sent: the page sent something the server did not "
-    "expect. Reload the page and try again.",
-    "NOT_FOUND": "That is no longer open: it may have finished already.",
-    "NOT_WAITING": "This question is no longer waiting for an answer.",
-    "STALE_ELICIT": "This form is out of date. Answer the question shown now.",
-    "REFUSED": "That could not be done. Please try again.",
-    "INTERNAL_ERROR": "Something went wrong on the server. Please try again.",
-    "LLM_ERROR": "The assistant could not reply just now. Please try again in a moment.",
+    "BAD_JSON": gettext_noop(
+        "That could not be sent: the page sent something the server could not read. "
+        "Reload the page and try again."
+    ),
+    "BAD_COMMAND": gettext_noop(
+        "That could not be sent: the page sent something the server did not "
+        "expect. Reload the page and try again."
+    ),
+    "NOT_FOUND": gettext_noop("That is no longer open: it may have finished already."),
+    "NOT_WAITING": gettext_noop("This question is no longer waiting for an answer."),
+    "STALE_ELICIT": gettext_noop("This form is out of date. Answer the question shown now."),
+    "REFUSED": gettext_noop("That could not be done. Please try again."),
+    "INTERNAL_ERROR": gettext_noop("Something went wrong on the server. Please try again."),
+    "LLM_ERROR": gettext_noop(
+        "The assistant could not reply just now. Please try again in a moment."
+    ),
 }
 
 
 def nul_refusal(what: str) -> str:
     """Why a text (``what``: "Your message", "The reason") with a NUL character is refused."""
-    return (
-        f"{what} has a NUL character (U+0000), which cannot be saved. Remove it and send it again."
-    )
+    return _(
+        "%(what)s has a NUL character (U+0000), which cannot be saved. Remove it and send it again."
+    ) % {"what": what}
 
 
 def chat_error_text(code: str, message: str) -> str:
     """What a person reads for a refused or failed command (the technical ``message`` is
     logged, and stays in the event for programs)."""
-    return _CHAT_ERRORS.get(code, message)
+    words = _CHAT_ERRORS.get(code)
+    return _(words) if words is not None else message
 
 
 # --- values -------------------------------------------------------------------------------
@@ -304,17 +323,38 @@ _MONEY_CODES = {"USD": "$", "EUR": "€", "GBP": "£"}
 
 
 def human_list(items: Sequence[str], conjunction: str = "and") -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
+    """``a``, ``a and b``, ``a, b and c`` (``conjunction`` "and" or "or", in the active
+    language)."""
     items = [i for i in items if i != ""]
     if len(items) <= 1:
         return "".join(items)
-    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+    joined = {"head": ", ".join(items[:-1]), "last": items[-1]}
+    if conjunction == "or":
+        return _("%(head)s or %(last)s") % joined
+    if conjunction == "and":
+        return _("%(head)s and %(last)s") % joined
+    return f"{joined['head']} {conjunction} {joined['last']}"
+
+
+_MONTHS = (
+    gettext_noop("January"),
+    gettext_noop("February"),
+    gettext_noop("March"),
+    gettext_noop("April"),
+    gettext_noop("May"),
+    gettext_noop("June"),
+    gettext_noop("July"),
+    gettext_noop("August"),
+    gettext_noop("September"),
+    gettext_noop("October"),
+    gettext_noop("November"),
+    gettext_noop("December"),
+)
 
 
 def _date_text(value: date) -> str:
-    if isinstance(value, datetime):
-        return f"{value.day} {value:%B %Y}, {value:%H:%M}"
-    return f"{value.day} {value:%B %Y}"
+    day = f"{value.day} {_(_MONTHS[value.month - 1])} {value.year}"
+    return f"{day}, {value:%H:%M}" if isinstance(value, datetime) else day
 
 
 def _money(value: Any, currency: str) -> str:
@@ -332,7 +372,7 @@ def human_value(value: Any, schema: Mapping[str, Any] | None = None) -> str:
     if value is None or value == "":
         return "—"
     if isinstance(value, bool):
-        return "Yes" if value else "No"
+        return _("Yes") if value else _("No")
     if isinstance(value, int | float | Decimal):
         currency = schema.get("x-currency") or schema.get("currency")
         if schema.get("format") == "money" or currency:

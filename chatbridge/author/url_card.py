@@ -11,13 +11,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from chatbridge.author.elicit import ElicitRequest, ElicitResult
+from chatbridge.author.language import gettext, gettext_noop
 from chatbridge.author.plugins import FieldErrors, PluginContext
 
 __all__ = ["DEFAULT_LINK_LABEL", "URL_CARD_TEMPLATE", "url_card"]
 
 URL_CARD_TEMPLATE = "chatbridge/url_question.html"
-DEFAULT_LINK_LABEL = "Continue"
-ON_ITS_PAGE: FieldErrors = {"__all__": ["Open the link to answer this question on its page."]}
+DEFAULT_LINK_LABEL = gettext_noop("Continue")
+ON_ITS_PAGE = gettext_noop("Open the link to answer this question on its page.")
 
 
 async def url_card(request: ElicitRequest, ctx: PluginContext) -> ElicitResult[Any]:
@@ -27,7 +28,8 @@ async def url_card(request: ElicitRequest, ctx: PluginContext) -> ElicitResult[A
     page = {
         "url": url,
         "host": urlsplit(url).netloc,
-        "link_label": label if isinstance(label, str) and label else DEFAULT_LINK_LABEL,
+        "link_label": label if isinstance(label, str) and label else gettext(DEFAULT_LINK_LABEL),
     }
-    submission = await ctx.render(URL_CARD_TEMPLATE, page, precheck=lambda data: ON_ITS_PAGE)
+    refusal: FieldErrors = {"__all__": [gettext(ON_ITS_PAGE)]}
+    submission = await ctx.render(URL_CARD_TEMPLATE, page, precheck=lambda data: refusal)
     return submission.result

@@ -7,6 +7,7 @@ import json
 from django.contrib import admin
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, ago, folded_json, session_url, when
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin, ReadOnlyInline
@@ -20,7 +21,7 @@ class MessageInline(ReadOnlyInline):
     fields = ("seq", "role", "text", "calls", "tool_call_id", "created_at")
     readonly_fields = fields
 
-    @admin.display(description="content")
+    @admin.display(description=_("content"))
     def text(self, message: Message) -> SafeString | str:
         """A tool result's JSON folded and indented; other text as written (line breaks kept)."""
         if not message.content:
@@ -34,31 +35,31 @@ class MessageInline(ReadOnlyInline):
                 return folded_json(value)
         return format_html('<div class="cb-text">{}</div>', message.content)
 
-    @admin.display(description="tool calls")
+    @admin.display(description=_("tool calls"))
     def calls(self, message: Message) -> SafeString | str:
         return folded_json(message.tool_calls) if message.tool_calls else NOTHING
 
 
 class QueuedInline(ReadOnlyInline):
     model = QueueEntry
-    verbose_name = "queued message"
-    verbose_name_plural = "Queued messages (each starts the next turn)"
+    verbose_name = _("queued message")
+    verbose_name_plural = _("Queued messages (each starts the next turn)")
     fields = ("message_id", "text", "client_id", "created_at")
     readonly_fields = fields
 
 
 class ConversationSessionInline(ReadOnlyInline):
     model = ToolSession
-    verbose_name = "tool call"
+    verbose_name = _("tool call")
     fields = ("call", "tool_name", "status", "started", "error")
     readonly_fields = fields
     ordering = ("created_at",)
 
-    @admin.display(description="call")
+    @admin.display(description=_("call"))
     def call(self, session: ToolSession) -> SafeString:
         return format_html('<a href="{}">{}</a>', session_url(session.id), session.id)
 
-    @admin.display(description="started")
+    @admin.display(description=_("started"))
     def started(self, session: ToolSession) -> str:
         return when(session.created_at)
 
@@ -72,10 +73,10 @@ class ConversationAdmin(ReadOnlyAdmin):
     readonly_fields = fields
     inlines = (ConversationSessionInline, MessageInline, QueuedInline)
 
-    @admin.display(description="created", ordering="created_at")
+    @admin.display(description=_("created"), ordering="created_at")
     def created(self, conversation: Conversation) -> str:
         return when(conversation.created_at)
 
-    @admin.display(description="last activity", ordering="updated_at")
+    @admin.display(description=_("last activity"), ordering="updated_at")
     def updated(self, conversation: Conversation) -> str:
         return ago(conversation.updated_at)

@@ -18,6 +18,7 @@ from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
+from django.utils.translation import gettext, ngettext
 
 __all__ = [
     "NOTHING",
@@ -54,10 +55,10 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return NOTHING
     if seconds < 1:
-        return "under a second"
+        return gettext("under a second")
     if seconds < 60:
         whole = int(seconds)
-        return f"{whole} second" if whole == 1 else f"{whole} seconds"
+        return ngettext("%(count)d second", "%(count)d seconds", whole) % {"count": whole}
     now = timezone.now()
     return timesince(now - timedelta(seconds=seconds), now)
 
@@ -79,8 +80,9 @@ def local_stamp(moment: datetime | None) -> str:
 def ago(moment: datetime) -> str:
     """``3 minutes ago``, or ``just now``."""
     if timezone.now() - moment < timedelta(minutes=1):
-        return "just now"
-    return f"{timesince(moment)} ago"
+        return gettext("just now")
+    # Translators: how long ago something happened; "time" is a span such as "3 minutes".
+    return gettext("%(time)s ago") % {"time": timesince(moment)}
 
 
 def when(moment: datetime | None) -> str:
@@ -126,13 +128,15 @@ def summary(value: Any) -> str:
             first = str(value["message"]).splitlines()[:1]
             text = f"{value['key']}: {first[0] if first else ''}"
         elif not value:
-            text = "(empty)"
+            # Translators: the summary of an empty JSON object in the admin.
+            text = gettext("(empty)")
         else:
             text = _pairs(value)
     elif isinstance(value, list) and value and all(_called(item) for item in value):
         text = ", ".join(f"{item['function']['name']} ({item.get('id', '?')})" for item in value)
     elif isinstance(value, list):
-        text = f"{len(value)} item" + ("" if len(value) == 1 else "s")
+        # Translators: the summary of a JSON list in the admin.
+        text = ngettext("%(count)d item", "%(count)d items", len(value)) % {"count": len(value)}
     else:
         text = _scalar(value)
     return text if len(text) <= SUMMARY_WIDTH else text[: SUMMARY_WIDTH - 1] + "…"
@@ -171,15 +175,18 @@ def rejected_answers(rejected: list[dict[str, Any]]) -> SafeString | str:
     """Each refused answer: when, what was sent (JSON) and the exact validation errors."""
     if not rejected:
         return NOTHING
+    # Translators: before the validation errors of an answer that was refused.
+    refused = gettext("refused:")
     return format_html(
         '<ol class="cb-refused">{}</ol>',
         format_html_join(
             "",
-            '<li>{}: <code>{}</code><br>refused: <span class="cb-error">{}</span></li>',
+            '<li>{}: <code>{}</code><br>{} <span class="cb-error">{}</span></li>',
             (
                 (
                     _refused_at(item.get("at")),
                     json.dumps(item.get("data"), ensure_ascii=False),
+                    refused,
                     _errors(item.get("errors")),
                 )
                 for item in rejected

@@ -17,6 +17,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, duration, elapsed, local_stamp, session_url
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin
@@ -28,10 +30,6 @@ __all__ = ["AbortForm", "LiveSessionsAdmin"]
 
 ABORT_TEMPLATE = "admin/chatbridge_chat/toolsession/abort_confirm.html"
 ACTIVE_TEMPLATE = "admin/chatbridge_chat/toolsession/active.html"
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 class AbortForm(forms.Form):
@@ -89,7 +87,10 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
     ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Abort {_plural(len(live), 'live session')}?",
+            "title": ngettext(
+                "Abort %(count)d live session?", "Abort %(count)d live sessions?", len(live)
+            )
+            % {"count": len(live)},
             "opts": self.model._meta,
             "live": [(s, elapsed(s.pending_since) if s.pending_since else "") for s in live],
             "skipped": skipped,
@@ -99,7 +100,7 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
         }
         return TemplateResponse(request, ABORT_TEMPLATE, context)
 
-    @admin.action(description="Abort the selected live sessions…", permissions=["abort"])
+    @admin.action(description=_("Abort the selected live sessions…"), permissions=["abort"])
     def abort_sessions(
         self, request: HttpRequest, queryset: QuerySet[ToolSession]
     ) -> HttpResponse | None:
@@ -109,7 +110,9 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
         live = [s for s in chosen if s.active]
         skipped = [s for s in chosen if not s.active]
         if not live:
-            self.message_user(request, "None of the selected sessions is live.", messages.WARNING)
+            self.message_user(
+                request, gettext("None of the selected sessions is live."), messages.WARNING
+            )
             return None
         form = AbortForm(request.POST if "post" in request.POST else None)
         if not form.is_valid():
@@ -120,13 +123,22 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
         reason = form.cleaned_data["reason"]
         operator = request.user.get_username()
         outcomes = [abort_tool_session(s, operator=operator, reason=reason) for s in live]
-        text = f"Aborted {_plural(len(live), 'live session')}: “{reason}”."
+        text = ngettext(
+            "Aborted %(count)d live session: “%(reason)s”.",
+            "Aborted %(count)d live sessions: “%(reason)s”.",
+            len(live),
+        ) % {"count": len(live), "reason": reason}
         if skipped:
-            text += f" {_plural(len(skipped), 'selected session')} "
-            text += "was not live." if len(skipped) == 1 else "were not live."
+            text += " " + ngettext(
+                "%(count)d selected session was not live.",
+                "%(count)d selected sessions were not live.",
+                len(skipped),
+            ) % {"count": len(skipped)}
         orphans = sum("held by no running worker" in o for o in outcomes)
         if orphans:
-            text += f" {orphans} held by no running worker were marked aborted."
+            text += " " + gettext("%(count)d held by no running worker were marked aborted.") % {
+                "count": orphans
+            }
         self.message_user(request, text, messages.SUCCESS)
         return None
 
@@ -162,7 +174,7 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
                     shown["conversation"] = row.conversation
         context = {
             **self.admin_site.each_context(request),
-            "title": "Active sessions in the running workers",
+            "title": gettext("Active sessions in the running workers"),
             "workers": workers,
             "opts": self.model._meta,
             "can_abort": self.has_abort_permission(request),
@@ -177,7 +189,11 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
         )
         back = session_url(session.id)
         if not session.active:
-            self.message_user(request, f"Session {session.id} is not live ({session.status}).")
+            self.message_user(
+                request,
+                gettext("Session %(id)s is not live (%(status)s).")
+                % {"id": session.id, "status": session.status},
+            )
             return HttpResponseRedirect(back)
         form = AbortForm(request.POST if request.method == "POST" else None)
         if not form.is_valid():

@@ -9,6 +9,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from chatbridge.calls.commitment import CommitmentNote
 from chatbridge.chat.admin_display import (
@@ -29,12 +31,12 @@ __all__ = ["ToolSessionAdmin"]
 
 class JournalInline(ReadOnlyInline):
     model = JournalRecord
-    verbose_name = "journal entry (question, sample or step)"
-    verbose_name_plural = "journal: questions, samples and steps, in order"
+    verbose_name = _("journal entry (question, sample or step)")
+    verbose_name_plural = _("journal: questions, samples and steps, in order")
     fields = ("seq", "kind", "key", "asked", "answer", "refused", "latency")
     readonly_fields = fields
 
-    @admin.display(description="request")
+    @admin.display(description=_("request"))
     def asked(self, record: JournalRecord) -> SafeString | str:
         request = record.request or {}
         if record.kind == "sample":
@@ -45,15 +47,18 @@ class JournalInline(ReadOnlyInline):
             return folded_json(request.get("args", request))
         return folded_json(request)
 
-    @admin.display(description="answer")
+    @admin.display(description=_("answer"))
     def answer(self, record: JournalRecord) -> SafeString | str:
-        return "(waiting)" if record.result is None else folded_json(record.result)
+        if record.result is None:
+            # Translators: a question, sample or step not answered yet.
+            return gettext("(waiting)")
+        return folded_json(record.result)
 
-    @admin.display(description="refused answers")
+    @admin.display(description=_("refused answers"))
     def refused(self, record: JournalRecord) -> SafeString | str:
         return rejected_answers(record.rejected)
 
-    @admin.display(description="latency")
+    @admin.display(description=_("latency"))
     def latency(self, record: JournalRecord) -> str:
         return duration(record.latency_seconds)
 
@@ -63,7 +68,14 @@ class StartedFilter(admin.DateFieldListFilter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.title = "started"
+        self.title = _("started")
+
+
+# Sections of a session's page; those with nothing to say are left out (get_fieldsets).
+ABORT_SECTION = _("Abort")
+COMMITMENT_SECTION = _("Commitment")
+PENDING_SECTION = _("Pending question")
+LOG_SECTION = _("Log and progress")
 
 
 @admin.register(ToolSession)
@@ -111,11 +123,11 @@ class ToolSessionAdmin(LiveSessionsAdmin):
                 )
             },
         ),
-        ("Arguments and outcome", {"fields": ("arguments_json", "result_json", "error_text")}),
-        ("Abort", {"fields": ("aborted_by", "abort_reason", "aborted")}),
-        ("Commitment", {"fields": ("committed", "commitment_text", "commitment_json")}),
+        (_("Arguments and outcome"), {"fields": ("arguments_json", "result_json", "error_text")}),
+        (ABORT_SECTION, {"fields": ("aborted_by", "abort_reason", "aborted")}),
+        (COMMITMENT_SECTION, {"fields": ("committed", "commitment_text", "commitment_json")}),
         (
-            "Pending question",
+            PENDING_SECTION,
             {
                 "fields": (
                     "pending_key",
@@ -126,12 +138,12 @@ class ToolSessionAdmin(LiveSessionsAdmin):
                 )
             },
         ),
-        ("Times", {"fields": ("started", "updated", "ended", "resumes", "last_resumed")}),
-        ("Log and progress", {"fields": ("logs_json", "progress_json")}),
-        ("Origin", {"fields": ("meta_json",)}),
+        (_("Times"), {"fields": ("started", "updated", "ended", "resumes", "last_resumed")}),
+        (LOG_SECTION, {"fields": ("logs_json", "progress_json")}),
+        (_("Origin"), {"fields": ("meta_json",)}),
     )
     readonly_fields = tuple(
-        name for _, options in fieldsets for name in cast(tuple[str, ...], options["fields"])
+        name for _title, options in fieldsets for name in cast(tuple[str, ...], options["fields"])
     )
 
     def get_fieldsets(self, request: HttpRequest, obj: ToolSession | None = None) -> Any:
@@ -141,23 +153,23 @@ class ToolSessionAdmin(LiveSessionsAdmin):
             return fieldsets
         empty = set()
         if not (obj.aborted_by or obj.aborted_at):
-            empty.add("Abort")
+            empty.add(ABORT_SECTION)
         if not obj.pending_key:
-            empty.add("Pending question")
+            empty.add(PENDING_SECTION)
         if not obj.committed:
-            empty.add("Commitment")
+            empty.add(COMMITMENT_SECTION)
         if not (obj.logs or obj.progress):
-            empty.add("Log and progress")
+            empty.add(LOG_SECTION)
         return [(name, options) for name, options in fieldsets if name not in empty]
 
     # -- columns and fields ----------------------------------------------------------------
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def status_badge(self, session: ToolSession) -> SafeString:
         # A class per status (admin.css): the site's policy allows no inline style.
         return format_html('<span class="cb-badge cb-{}">{}</span>', session.status, session.status)
 
-    @admin.display(description="conversation", ordering="conversation__title")
+    @admin.display(description=_("conversation"), ordering="conversation__title")
     def conversation_link(self, session: ToolSession) -> SafeString | str:
         if session.conversation is None:
             return NOTHING
@@ -167,97 +179,110 @@ class ToolSessionAdmin(LiveSessionsAdmin):
             session.conversation.title,
         )
 
-    @admin.display(description="owner", ordering="conversation__owner")
+    @admin.display(description=_("owner"), ordering="conversation__owner")
     def owner(self, session: ToolSession) -> str:
         if session.conversation is not None:
             return session.conversation.owner
         meta = session.meta or {}
         if meta.get("user"):  # an MCP call made with a user's token
-            return f"{meta['user']} (MCP token “{meta.get('token', '')}”)"
-        return f"MCP client {session.client}" if session.client else NOTHING
+            return gettext("%(user)s (MCP token “%(token)s”)") % {
+                "user": meta["user"],
+                "token": meta.get("token", ""),
+            }
+        return (
+            gettext("MCP client %(client)s") % {"client": session.client}
+            if session.client
+            else NOTHING
+        )
 
-    @admin.display(description="pending question")
+    @admin.display(description=_("pending question"))
     def pending_question(self, session: ToolSession) -> str:
         if not session.pending_key:
             return NOTHING
         first = (session.pending_message.splitlines() or [""])[0]
         return f"{session.pending_key}: {first[:80]}"
 
-    @admin.display(description="waiting for", ordering="pending_since")
+    @admin.display(description=_("waiting for"), ordering="pending_since")
     def waiting(self, session: ToolSession) -> str:
         return elapsed(session.pending_since)
 
-    @admin.display(description="age", ordering="-created_at")
+    @admin.display(description=_("age"), ordering="-created_at")
     def age(self, session: ToolSession) -> str:
         return elapsed(session.created_at)
 
-    @admin.display(description="arguments")
+    @admin.display(description=_("arguments"))
     def arguments_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.arguments, open=True)
 
-    @admin.display(description="result")
+    @admin.display(description=_("result"))
     def result_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.result, open=True)
 
-    @admin.display(description="error (exact text)")
+    @admin.display(description=_("error (exact text)"))
     def error_text(self, session: ToolSession) -> SafeString | str:
         if not session.error:
             return NOTHING
         return format_html('<pre class="cb-error">{}</pre>', session.error)
 
-    @admin.display(description="aborted")
+    @admin.display(description=_("aborted"))
     def aborted(self, session: ToolSession) -> str:
         return when(session.aborted_at)
 
-    @admin.display(description="waiting since")
+    @admin.display(description=_("waiting since"))
     def waiting_since(self, session: ToolSession) -> str:
         return when(session.pending_since)
 
-    @admin.display(description="question context")
+    @admin.display(description=_("question context"))
     def pending_context_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.pending_context)
 
-    @admin.display(description="answer schema")
+    @admin.display(description=_("answer schema"))
     def pending_schema_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.pending_schema)
 
-    @admin.display(description="started")
+    @admin.display(description=_("started"))
     def started(self, session: ToolSession) -> str:
         return when(session.created_at)
 
-    @admin.display(description="last change")
+    @admin.display(description=_("last change"))
     def updated(self, session: ToolSession) -> str:
         return when(session.updated_at)
 
-    @admin.display(description="ended")
+    @admin.display(description=_("ended"))
     def ended(self, session: ToolSession) -> str:
         return when(session.ended_at)
 
-    @admin.display(description="last resumed")
+    @admin.display(description=_("last resumed"))
     def last_resumed(self, session: ToolSession) -> str:
         return when(session.last_resumed_at)
 
-    @admin.display(description="meta")
+    @admin.display(description=_("meta"))
     def meta_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.meta or None)
 
-    @admin.display(description="what became of it")
+    @admin.display(description=_("what became of it"))
     def commitment_text(self, session: ToolSession) -> str:
         note = session.commitment or {}
+        # Translators: what became of a committed tool call that has ended.
+        finished = gettext("finished")
         if "outcome" in note:
-            return CommitmentNote.from_dict(note).text() or "finished"
+            return CommitmentNote.from_dict(note).text() or finished
         if "abort_reason" in note:
-            return f"asked to stop ({note['abort_reason']}); it finishes or compensates"
-        return "committed; running" if session.active else "finished"
+            # Translators: a committed call an operator aborted; "reason" is the operator's.
+            return gettext("asked to stop (%(reason)s); it finishes or compensates") % {
+                "reason": note["abort_reason"]
+            }
+        # Translators: a committed tool call still running.
+        return gettext("committed; running") if session.active else finished
 
-    @admin.display(description="record")
+    @admin.display(description=_("record"))
     def commitment_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.commitment or None)
 
-    @admin.display(description="log lines (the last 50)")
+    @admin.display(description=_("log lines (the last 50)"))
     def logs_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.logs or None)
 
-    @admin.display(description="latest progress")
+    @admin.display(description=_("latest progress"))
     def progress_json(self, session: ToolSession) -> SafeString | str:
         return folded_json(session.progress or None)

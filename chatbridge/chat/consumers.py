@@ -12,6 +12,10 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.utils import await_many_dispatch
 from django.template.loader import render_to_string
+from django.utils import translation
+from django.utils.formats import number_format
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 from pydantic import ValidationError
 
 from chatbridge.asgi_types import Scope
@@ -22,6 +26,7 @@ from chatbridge.calls.storable import nul_at
 from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
+from chatbridge.chat.languages import socket_language
 from chatbridge.chat.limits import TokenBucket
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.socket_owner import socket_owner
@@ -65,7 +70,7 @@ CLOSE_TOO_LARGE = 4009
 CLOSE_RATE_LIMITED = 4429
 CLOSE_TOO_SLOW = 4408  # the client did not read its events
 CLOSE_TRY_AGAIN = 1013  # "try again later": the database is away (the page reconnects)
-UNAVAILABLE = (
+UNAVAILABLE = gettext_noop(
     "The database is unavailable right now, so that was not done; please send it again in a moment."
 )
 _FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
@@ -113,13 +118,16 @@ def _too_long(data: dict[str, Any]) -> str | None:
         return None
     if len(text) <= MAX_USER_MESSAGE:
         return None
-    return (
-        f"Your message is {len(text):,} characters long; the limit is {MAX_USER_MESSAGE:,}. "
+    return _(
+        "Your message is %(length)s characters long; the limit is %(limit)s. "
         "Shorten it and send it again."
-    )
+    ) % {
+        "length": number_format(len(text), force_grouping=True),
+        "limit": number_format(MAX_USER_MESSAGE, force_grouping=True),
+    }
 
 
-_TEXTS = {"text": "Your message", "reason": "The reason"}
+_TEXTS = {"text": gettext_noop("Your message"), "reason": gettext_noop("The reason")}
 
 
 def _with_nul(data: dict[str, Any]) -> str | None:
@@ -129,7 +137,7 @@ def _with_nul(data: dict[str, Any]) -> str | None:
     where = nul_at({k: v for k, v in data.items() if not (answer and k == "content")})
     if where is None:
         return None
-    return nul_refusal(_TEXTS.get(str(where[0]) if where else "", "This command"))
+    return nul_refusal(_(_TEXTS.get(str(where[0]) if where else "", gettext_noop("This command"))))
 
 
 class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -154,6 +162,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.scope = scope
         self.channel_layer = None
         self.base_send = send
+        # This connection's task, its outbox and the turns it starts speak the page's language.
+        translation.activate(socket_language(scope.get("headers") or ()))
         with contextlib.suppress(StopConsumer):
             await await_many_dispatch([receive], self.dispatch)
 
@@ -231,17 +241,20 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
         if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:  # a client that does this is broken
             await self.refuse(
-                "TOO_LARGE", f"Messages are limited to {MAX_MESSAGE_BYTES // 1024} KiB."
+                "TOO_LARGE",
+                _("Messages are limited to %(size)s KiB.") % {"size": MAX_MESSAGE_BYTES // 1024},
             )
             await self.close(code=CLOSE_TOO_LARGE)
             return
         if not self.bucket.take():
             self.strikes += 1
             if self.strikes > MAX_STRIKES:
-                await self.refuse("RATE_LIMITED", "Too many messages; this connection is closed.")
+                await self.refuse(
+                    "RATE_LIMITED", _("Too many messages; this connection is closed.")
+                )
                 await self.close(code=CLOSE_RATE_LIMITED)
             elif self.strikes == 1 or self.strikes % 20 == 0:
-                await self.refuse("RATE_LIMITED", "Too many messages; slow down.")
+                await self.refuse("RATE_LIMITED", _("Too many messages; slow down."))
             return
         try:  # NaN, 1e999 and lone surrogates are refused here, before anything keeps them
             data = strict_json.loads(raw)
@@ -282,7 +295,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             logger.warning(
                 "command %s in conversation %s: %s", command.type, self.conversation_id, exc
             )
-            await self.refuse("UNAVAILABLE", UNAVAILABLE)
+            await self.refuse("UNAVAILABLE", _(UNAVAILABLE))
         except Exception:  # never let a command take the socket down
             logger.exception(
                 "command %s failed in conversation %s", command.type, self.conversation_id

@@ -8,6 +8,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, ago, when
 from chatbridge.chat.models import McpToken
@@ -19,11 +21,11 @@ CREATED_TEMPLATE = "admin/chatbridge_chat/mcptoken/created.html"
 
 
 class RevokedFilter(admin.SimpleListFilter):
-    title = "state"
+    title = _("state")
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("live", "live"), ("revoked", "revoked")]
+        return [("live", gettext("live")), ("revoked", gettext("revoked"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[McpToken]) -> QuerySet[McpToken]:
         if self.value() == "live":
@@ -68,39 +70,49 @@ class McpTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """The token, once: this page is the only place it is ever shown."""
         context = {
             **self.admin_site.each_context(request),
-            "title": "MCP token created",
+            "title": gettext("MCP token created"),
             "opts": self.model._meta,
             "token": obj,
             "secret": request._chatbridge_new_token,  # type: ignore[attr-defined]
         }
         return TemplateResponse(request, CREATED_TEMPLATE, context)
 
-    @admin.display(description="token")
+    @admin.display(description=_("token"))
     def prefix_shown(self, token: McpToken) -> str:
         return f"{token.prefix}…" if token.prefix else NOTHING
 
-    @admin.display(description="state", ordering="revoked_at")
+    @admin.display(description=_("state"), ordering="revoked_at")
     def state(self, token: McpToken) -> str:
         if token.revoked_at is None:
-            return "live"
-        by = f" by {token.revoked_by}" if token.revoked_by else ""
-        return f"revoked {when(token.revoked_at)}{by}"
+            return gettext("live")
+        if token.revoked_by:
+            return gettext("revoked %(when)s by %(user)s") % {
+                "when": when(token.revoked_at),
+                "user": token.revoked_by,
+            }
+        return gettext("revoked %(when)s") % {"when": when(token.revoked_at)}
 
-    @admin.display(description="created", ordering="created_at")
+    @admin.display(description=_("created"), ordering="created_at")
     def created(self, token: McpToken) -> str:
         return when(token.created_at)
 
-    @admin.display(description="last used", ordering="last_used_at")
+    @admin.display(description=_("last used"), ordering="last_used_at")
     def last_used(self, token: McpToken) -> str:
-        return ago(token.last_used_at) if token.last_used_at else "never"
+        return ago(token.last_used_at) if token.last_used_at else gettext("never")
 
     @admin.action(
-        description="Revoke the selected tokens (their live calls are aborted)",
+        description=_("Revoke the selected tokens (their live calls are aborted)"),
         permissions=["change"],
     )
     def revoke(self, request: HttpRequest, queryset: QuerySet[McpToken]) -> None:
         revoked, aborted = revoke_tokens(queryset, request.user.get_username())
-        text = f"Revoked {revoked} token{'' if revoked == 1 else 's'}"
+        text = ngettext("Revoked %(count)d token", "Revoked %(count)d tokens", revoked) % {
+            "count": revoked
+        }
         if aborted:
-            text += f"; aborted {aborted} live call{'' if aborted == 1 else 's'} made with them"
+            text += ngettext(
+                "; aborted %(count)d live call made with them",
+                "; aborted %(count)d live calls made with them",
+                aborted,
+            ) % {"count": aborted}
         self.message_user(request, text + ".", messages.SUCCESS)

@@ -9,9 +9,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext, gettext_noop
 
 from chatbridge.calls.outcome import Outcome
 from chatbridge.engine.conversation import as_llm_message
+
+# The title a chat has until its first message names it (stored as is; shown translated).
+UNTITLED = gettext_noop("New chat")
 
 
 class Conversation(models.Model):
@@ -19,7 +23,7 @@ class Conversation(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.CharField(max_length=80, db_index=True, help_text="user:<id> or session:<key>")
-    title = models.CharField(max_length=120, default="New chat")
+    title = models.CharField(max_length=120, default=UNTITLED)
     phase = models.CharField(max_length=40, default="idle")
     turn_worker = models.CharField(
         max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
@@ -38,6 +42,11 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.title} ({self.id})"
+
+    @property
+    def shown_title(self) -> str:
+        """The title as the reader sees it: "New chat" in their language until it has one."""
+        return gettext(UNTITLED) if self.title == UNTITLED else self.title
 
     @cached_property
     def stopped_replies(self) -> set[str]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from django.template.loader import render_to_string, select_template
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext, gettext_noop
 
 from chatbridge.author.elicit import ElicitRequest
 from chatbridge.author.human import chat_error_text, field_label, human_value
@@ -104,7 +105,8 @@ class ToolCallView:
 
     @property
     def badge(self) -> str:
-        return BADGES.get(self.outcome, self.outcome.capitalize())
+        words = BADGES.get(self.outcome)
+        return gettext(words) if words is not None else self.outcome.capitalize()
 
     @property
     def operator_reason(self) -> str:
@@ -118,16 +120,16 @@ class ToolCallView:
 
 
 BADGES = {
-    "running": "Running",
-    "completed": "Done",
-    "declined": "Declined",
-    "cancelled": "Cancelled",
-    "incomplete": "Not done",
-    "stopped-by-you": "Stopped by you",
-    "stopped-by-operator": "Stopped by an operator",
-    "aborted": "Stopped",
-    "denied": "Denied",
-    "failed": "Failed",
+    "running": gettext_noop("Running"),
+    "completed": gettext_noop("Done"),
+    "declined": gettext_noop("Declined"),
+    "cancelled": gettext_noop("Cancelled"),
+    "incomplete": gettext_noop("Not done"),
+    "stopped-by-you": gettext_noop("Stopped by you"),
+    "stopped-by-operator": gettext_noop("Stopped by an operator"),
+    "aborted": gettext_noop("Stopped"),
+    "denied": gettext_noop("Denied"),
+    "failed": gettext_noop("Failed"),
 }
 _DONE_FLAGS = ("booked", "ok", "success", "done", "received", "chosen", "picked", "sent")
 

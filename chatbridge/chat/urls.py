@@ -6,6 +6,7 @@ sends the chat's Content-Security-Policy (``CHATBRIDGE_CSP``, see content_policy
 from __future__ import annotations
 
 from django.urls import path
+from django.views.i18n import JavaScriptCatalog
 
 from chatbridge.chat import views
 from chatbridge.chat.connection import connection
@@ -30,6 +31,8 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/item/", chat_policy(views.sidebar_item), name="sidebar_item"),
     path("tools/", chat_policy(views.tools), name="tools"),
     path("connection/", connection, name="connection"),
+    # The chat scripts' words in the page's language (gettext() in chat.js and its siblings).
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["chatbridge.chat"]), name="jsi18n"),
     path("ui/<slug:name>/", chat_policy(views.guest_ui), name="guest_ui"),
     path("elicit/<str:token>/", chat_policy(views.elicit_link), name="elicit_link"),
 ]

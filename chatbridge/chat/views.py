@@ -23,6 +23,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST, require_safe
@@ -39,7 +41,6 @@ from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.reporting import UrlPageReporterFilter
 from chatbridge.conf import setting
-from chatbridge.engine.conversation import counted
 from chatbridge.records import url_links as links
 from chatbridge.records.store import owner_key
 from chatbridge.runtime import current_runtime
@@ -92,10 +93,13 @@ def _too_many_chats(request: HttpRequest, owner: str) -> HttpResponse | None:
     )
     if oldest is None:
         return None
-    message = (
-        f"You have started {counted(cap, 'chat')} in the last hour, the most you may start "
-        "in an hour. Continue in one of your chats, or start a new one later."
-    )
+    message = ngettext(
+        "You have started %(count)d chat in the last hour, the most you may start in an hour. "
+        "Continue in one of your chats, or start a new one later.",
+        "You have started %(count)d chats in the last hour, the most you may start in an hour. "
+        "Continue in one of your chats, or start a new one later.",
+        cap,
+    ) % {"count": cap}
     response = render(request, "chatbridge/too_many_chats.html", {"message": message}, status=429)
     response["Retry-After"] = str(max(1, int((oldest - since).total_seconds()) + 1))
     return response
@@ -204,13 +208,13 @@ def _busy(conversation: Conversation) -> str:
     live = ToolSession.objects.filter(conversation=conversation, status__in=ACTIVE_STATUSES)
     names = sorted({name.replace("_", " ") for name in live.values_list("tool_name", flat=True)})
     if names:
-        return (
-            f"This chat cannot be deleted yet: a tool is still working in it ({', '.join(names)})."
+        return _(
+            "This chat cannot be deleted yet: a tool is still working in it (%(tools)s)."
             " Finish or stop it first, then delete the chat."
-        )
+        ) % {"tools": ", ".join(names)}
     expires = conversation.turn_expires
     if conversation.turn_worker and expires is not None and expires > timezone.now():
-        return (
+        return _(
             "This chat cannot be deleted yet: the assistant is still replying. "
             "Wait for the reply, then delete the chat."
         )
@@ -248,9 +252,9 @@ def rename_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
     context = _action_context(request, item)
     if request.method == "POST":
         title = " ".join(request.POST.get("title", "").split())
-        error = "Give the chat a name (or cancel)." if not title else ""
+        error = _("Give the chat a name (or cancel).") if not title else ""
         if nul_at(title) is not None:  # PostgreSQL cannot store it: refused on every database
-            error = nul_refusal("The name")
+            error = nul_refusal(_("The name"))
         if error:
             context["error"] = error
             return _sidebar_action(request, "chatbridge/rename_form.html", context, status=400)

@@ -16,6 +16,7 @@ from chatbridge.author.exceptions import (
     ElicitNotPending,
     InvalidToolParams,
 )
+from chatbridge.author.language import gettext as _
 from chatbridge.author.plugins import Plugin, PluginContext, PluginRegistry
 from chatbridge.author.url_card import url_card
 from chatbridge.calls.drive import EndEvent, Pause, drive
@@ -303,13 +304,13 @@ class ChatHost:
                 call_id=request.call_id,
                 elicit_id=str(request.id),
                 action="accept",
-                note="completed on its page",
+                note=_("completed on its page"),
             )
         return ElicitComplete(
             call_id=request.call_id,
             elicit_id=str(request.id),
             action="cancel",
-            note="expired: no answer in time",
+            note=_("expired: no answer in time"),
         )
 
     def _sink_for(self, conv: LiveConversation) -> Callable[[ChatEvent], Awaitable[None]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from chatbridge.author.exceptions import ClaimLost
+from chatbridge.author.language import gettext as _
 from chatbridge.engine.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.engine.conversation import (
     LOST_SESSION_MESSAGE,
@@ -226,7 +227,7 @@ class Turns:
             await self.set_phase(conv, "process_plugin_abort")
             await self.set_phase(conv, "process_plugin_responses")
             await self._recover_lost(conv, {c.call_id: c.session_id for c in lost}, history)
-            for _ in range(self.max_iterations):
+            for _iteration in range(self.max_iterations):
                 await self.set_phase(conv, "start_iteration")
                 await self.set_phase(conv, "streaming")
                 reply = await self._stream_reply(conv, history)
@@ -328,7 +329,7 @@ class Turns:
                     session_id=sessions.get(call_id, call_id),
                     call_id=call_id,
                     error="SESSION_NOT_FOUND",
-                    message="The tool session was lost (for example in a restart).",
+                    message=_("The tool session was lost (for example in a restart)."),
                 ),
             )
             await self._append(

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_variables
 
 from chatbridge import ElicitValidationError, UrlQuestion
@@ -54,24 +55,24 @@ def luhn_ok(number: str) -> bool:
 def _errors(name: str, number: str, expiry: str, cvc: str, today: date) -> dict[str, str]:
     errors: dict[str, str] = {}
     if not name.strip():
-        errors["name"] = "Enter the name on the card."
+        errors["name"] = _("Enter the name on the card.")
     if not luhn_ok(number):
-        errors["number"] = "This card number is not valid: check the digits."
+        errors["number"] = _("This card number is not valid: check the digits.")
     elif number not in TEST_CARDS:
-        errors["number"] = (
+        errors["number"] = _(
             "This demo takes test cards only, for example 4242 4242 4242 4242; no real card "
             "is charged."
         )
     match = _EXPIRY.match(expiry)
     if match is None or not 1 <= int(match[1]) <= 12:
-        errors["expiry"] = "Enter the expiry date as MM/YY."
+        errors["expiry"] = _("Enter the expiry date as MM/YY.")
     else:
         year = int(match[2]) % 100 + 2000
         if (year, int(match[1])) < (today.year, today.month):
-            errors["expiry"] = "This card has expired."
+            errors["expiry"] = _("This card has expired.")
     wanted = 4 if number.startswith(("34", "37")) else 3
     if not (_DIGITS.fullmatch(cvc) and len(cvc) == wanted):
-        errors["cvc"] = f"Enter the {wanted}-digit security code."
+        errors["cvc"] = _("Enter the %(digits)s-digit security code.") % {"digits": wanted}
     return errors
 
 
@@ -103,6 +104,6 @@ async def payment_page(request: HttpRequest, question: UrlQuestion) -> HttpRespo
     try:
         await question.complete(done)
     except ElicitValidationError:
-        errors = {"form": "The payment could not be recorded; please try again."}
+        errors = {"form": _("The payment could not be recorded; please try again.")}
         return render(request, "book_flight/payment.html", {**page, "errors": errors}, status=400)
     return render(request, "book_flight/payment_done.html", {**page, "last4": done.last4})

@@ -6,6 +6,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from pydantic import BaseModel, Field, model_validator
 
 from chatbridge import AnswerRefused, ElicitKey, ToolContext, answer_rule, create_mcp_tool
@@ -44,7 +46,7 @@ class PickFlight(BaseModel):
     @answer_rule("flight_id")
     def _offered(cls, flight_id: str, context: Mapping[str, Any]) -> None:
         if find_flight(context.get("flights") or [], flight_id) is None:
-            raise AnswerRefused("Choose one of the flights listed.")
+            raise AnswerRefused(_("Choose one of the flights listed."))
 
 
 class PickSeat(BaseModel):
@@ -65,16 +67,20 @@ class PickSeat(BaseModel):
     def _in_cabin(cls, row: int, context: Mapping[str, Any]) -> None:
         rows = SeatMap.model_validate(context["seat_map"]).rows
         if row > rows:
-            raise AnswerRefused(f"This aircraft has rows 1 to {rows}.")
+            raise AnswerRefused(_("This aircraft has rows 1 to %(rows)s.") % {"rows": rows})
 
     @answer_rule("seat")
     def _free(cls, seat: str, context: Mapping[str, Any], answer: Mapping[str, Any]) -> None:
         seat_map = SeatMap.model_validate(context["seat_map"])
         row = answer.get("row")  # absent when the row itself was refused
         if seat not in seat_map.seats:
-            raise AnswerRefused(f"This aircraft has seats {', '.join(seat_map.seats)}.")
+            raise AnswerRefused(
+                _("This aircraft has seats %(seats)s.") % {"seats": ", ".join(seat_map.seats)}
+            )
         if row is not None and seat_map.is_taken(row, seat):
-            raise AnswerRefused(f"Seat {row}{seat} is taken; choose another.")
+            raise AnswerRefused(
+                _("Seat %(seat)s is taken; choose another.") % {"seat": f"{row}{seat}"}
+            )
 
 
 class Review(BaseModel):
@@ -106,7 +112,8 @@ async def pick_flight_and_seat(
     origin, destination = params.origin.upper(), params.destination.upper()
     await ctx.log("info", "Searching flights", origin=origin, destination=destination)
     flights = search_flights(origin, destination)
-    await ctx.notify(f"Found {len(flights)} flights", progress=1, total=4)
+    found = ngettext("Found %(count)d flight", "Found %(count)d flights", len(flights))
+    await ctx.notify(found % {"count": len(flights)}, progress=1, total=4)
     menu = "\n".join(
         f"{i}. {f.airline} {f.number} | {f.departs}-{f.arrives} | ${f.price_usd}"
         for i, f in enumerate(flights, 1)
@@ -121,7 +128,7 @@ async def pick_flight_and_seat(
     flight = find_flight(flights, choice.content.flight_id)
     if flight is None:  # unreachable: PickFlight's rule accepts only the flights offered
         return {"booked": False, "reason": f"no flight {choice.content.flight_id!r} on this route"}
-    await ctx.notify(f"Selected {flight.number}", progress=2, total=4)
+    await ctx.notify(_("Selected %(flight)s") % {"flight": flight.number}, progress=2, total=4)
 
     seat_map = seat_map_for(flight.id)
     seat = await ctx.elicit(
@@ -132,7 +139,7 @@ async def pick_flight_and_seat(
     if not seat.accepted:
         return {"booked": False, "reason": f"seat selection {_PAST[seat.action]}"}
     label = f"{seat.content.row}{seat.content.seat}"  # PickSeat's rules: in the cabin and free
-    await ctx.notify(f"Seat {label} held", progress=3, total=4)
+    await ctx.notify(_("Seat %(seat)s held") % {"seat": label}, progress=3, total=4)
 
     return flight, label
 
@@ -168,7 +175,7 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
         return {"booked": False, "reason": f"payment {_PAST[paid.action]}"}
     # Paid: the call is committed (.commits(PAYMENT)). The ticket comes first, nothing between.
     ticket = await ctx.step("issue_ticket", issue_ticket, flight.id, label)
-    await ctx.notify("Ticket issued", progress=4, total=4)
+    await ctx.notify(_("Ticket issued"), progress=4, total=4)
     tip = await ctx.sample(f"One short travel tip for {destination} airport.", max_tokens=60)
     await ctx.log("info", "Booked", ticket=ticket)
     return {

@@ -6,15 +6,30 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 from pydantic import BaseModel, Field, field_validator
 
 from chatbridge import AnswerRefused, PluginContext, Submission, answer_rule, create_tool
 
-__all__ = ["PickCardParams", "PickedCard", "card_name", "deal", "pick_card"]
+__all__ = ["PickCardParams", "PickedCard", "card_name", "deal", "pick_card", "spoken_name"]
 
 RANKS = ("A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K")
 RANK_NAMES = {"A": "Ace", "J": "Jack", "Q": "Queen", "K": "King"}
 SUITS = {"S": ("♠", "spades"), "H": ("♥", "hearts"), "D": ("♦", "diamonds"), "C": ("♣", "clubs")}
+# The same words for the person at the table (``card_name`` stays English: it is the tool's data).
+RANK_WORDS = {
+    "A": pgettext_lazy("playing card", "Ace"),
+    "J": pgettext_lazy("playing card", "Jack"),
+    "Q": pgettext_lazy("playing card", "Queen"),
+    "K": pgettext_lazy("playing card", "King"),
+}
+SUIT_WORDS = {
+    "S": pgettext_lazy("playing cards", "spades"),
+    "H": pgettext_lazy("playing cards", "hearts"),
+    "D": pgettext_lazy("playing cards", "diamonds"),
+    "C": pgettext_lazy("playing cards", "clubs"),
+}
 
 
 class PickCardParams(BaseModel):
@@ -27,20 +42,32 @@ class PickedCard(BaseModel):
     @answer_rule("card")
     def _dealt(cls, card: str, context: Mapping[str, Any]) -> None:
         if card not in {dealt["code"] for dealt in context["cards"]}:
-            raise AnswerRefused("Pick one of the cards on the table.")
+            raise AnswerRefused(_("Pick one of the cards on the table."))
 
     @field_validator("card")
     @classmethod
     def _a_card(cls, card: str) -> str:
         """Always on (also without a question): a malformed code never reaches ``card_name``."""
         if card[:-1] not in RANKS or card[-1:] not in SUITS:
-            raise AnswerRefused(f"{card!r} is not a card; codes look like QH or 10S.")
+            raise AnswerRefused(
+                _("%(card)s is not a card; codes look like QH or 10S.") % {"card": repr(card)}
+            )
         return card
 
 
 def card_name(code: str) -> str:
     rank, suit = code[:-1], code[-1]
     return f"{RANK_NAMES.get(rank, rank)} of {SUITS[suit][1]}"
+
+
+def spoken_name(code: str) -> str:
+    """``card_name`` in the active language: the card's accessible name on the table."""
+    rank, suit = code[:-1], code[-1]
+    # Translators: a playing card, e.g. "Queen of hearts" or "7 of clubs".
+    return _("%(rank)s of %(suit)s") % {
+        "rank": RANK_WORDS.get(rank, rank),
+        "suit": SUIT_WORDS[suit],
+    }
 
 
 def _card(code: str) -> dict[str, Any]:
@@ -61,7 +88,10 @@ def deal(params: PickCardParams) -> dict[str, Any]:
 
 
 async def show_cards(context: dict[str, Any], ctx: PluginContext) -> Submission[Any]:
-    return await ctx.render("pick_card/cards.html", {"cards": context["cards"]})
+    # The dealt cards are the call's data (English names); the table says them in the
+    # person's language.
+    cards = [{**card, "spoken": spoken_name(card["code"])} for card in context["cards"]]
+    return await ctx.render("pick_card/cards.html", {"cards": cards})
 
 
 def tell(context: dict[str, Any], answer: dict[str, Any]) -> str:

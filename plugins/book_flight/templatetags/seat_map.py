@@ -11,6 +11,7 @@ from typing import Any
 
 from django import template
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
 
 register = template.Library()
 
@@ -32,7 +33,7 @@ def _row(row: dict[str, Any], first_free: str | None) -> str:
     return (
         f'<div class="seat-row{" exit-row" if row["exit"] else ""}" data-roving-row>'
         f'<span class="row-number" aria-hidden="true">{escape(str(row["number"]))}</span>{seats}'
-        + ('<span class="exit-label">Exit</span>' if row["exit"] else "")
+        + (f'<span class="exit-label">{escape(gettext("Exit"))}</span>' if row["exit"] else "")
         + "</div>"
     )
 

@@ -9,7 +9,10 @@
  *   data-roving="grid": rows are the children marked data-roving-row. ←/→ previous/next seat
  *     in reading order, ↑/↓ the same column (data-col) in the nearest row where it is free,
  *     Home/End first/last of the row, Ctrl+Home/Ctrl+End first/last of the grid.
- * Disabled buttons (taken seats) are skipped. */
+ * Disabled buttons (taken seats) are skipped.
+ *
+ * No words of its own: the labels come translated from the server's templates. Any added here
+ * must go through Django's JavaScript catalog (gettext), as in chat.js. */
 (function () {
   "use strict";
 

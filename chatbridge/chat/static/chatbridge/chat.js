@@ -9,9 +9,19 @@
  * latest content unless the person scrolled up ("Jump to latest" then), the composer keeps
  * its text until the server echoes that very message (a draft survives a reload), messages
  * sent while a turn runs are queued on request, the reply being written can be stopped, the
- * tab title follows the conversation, and a polite live region announces what arrived. */
+ * tab title follows the conversation, and a polite live region announces what arrived.
+ *
+ * Words a person sees or hears go through Django's JavaScript catalog (gettext, ngettext,
+ * interpolate; the chat page loads it first, domain djangojs); without it they stay in English.
+ * Numbers are written in the page's language (<html lang>). */
 (function () {
   "use strict";
+
+  var gettext = window.gettext || function (s) { return s; };
+  var ngettext = window.ngettext || function (one, many, n) { return n === 1 ? one : many; };
+  var interpolate = window.interpolate || function (fmt, obj) {
+    return fmt.replace(/%\((\w+)\)s/g, function (m, key) { return String(obj[key]); });
+  };
 
   var box = null; // the composer's textarea
 
@@ -163,6 +173,9 @@
 
   // ---- the composer -------------------------------------------------------------------------
   function length(text) { return Array.from(text).length; } // characters, as the server counts
+  function number(n) {
+    try { return n.toLocaleString(document.documentElement.lang || "en"); } catch (e) { return n.toLocaleString("en"); }
+  }
   function grow() {
     box.style.height = "auto";
     box.style.height = Math.min(box.scrollHeight + 2, 200) + "px";
@@ -185,11 +198,13 @@
     var n = length(box.value);
     var left = limit - n;
     if (left < 0) {
-      note.textContent = "Your message is " + n.toLocaleString("en") + " characters long; the limit is " +
-        limit.toLocaleString("en") + ". Remove " + (-left).toLocaleString("en") + " to send it.";
+      note.textContent = interpolate(
+        gettext("Your message is %(length)s characters long; the limit is %(limit)s. Remove %(over)s to send it."),
+        { length: number(n), limit: number(limit), over: number(-left) }, true);
       note.className = "composer-note over";
     } else if (left <= 500) {
-      note.textContent = left.toLocaleString("en") + " characters left";
+      note.textContent = interpolate(
+        ngettext("%(count)s character left", "%(count)s characters left", left), { count: number(left) }, true);
       note.className = "composer-note";
     } else {
       note.textContent = "";
@@ -198,8 +213,8 @@
     var s = state();
     var waiting = s.running && s.questions > 0 && box.value.trim() !== "";
     if (waiting) {
-      choiceText.textContent = "A question above is waiting for your answer. Send your message anyway " +
-        "(it is sent when the current reply ends), or answer first.";
+      choiceText.textContent = gettext(
+        "A question above is waiting for your answer. Send your message anyway (it is sent when the current reply ends), or answer first.");
     }
     choice.hidden = !waiting;
     // Stop shows while a reply is being written, once it takes a moment (no flicker).
@@ -290,7 +305,7 @@
     var heading = document.getElementById("chat-title");
     var title = heading ? heading.textContent.trim() : "";
     var parts = [];
-    if (state().questions > 0) parts.push("Your answer is needed");
+    if (state().questions > 0) parts.push(gettext("Your answer is needed"));
     if (title) parts.push(title);
     parts.push("ChatBridge");
     document.title = parts.join(" · ");
@@ -337,7 +352,7 @@
     if (article.querySelector(".msg-note")) return;
     var stopped = document.createElement("p");
     stopped.className = "msg-note";
-    stopped.textContent = "Stopped";
+    stopped.textContent = gettext("Stopped");
     article.appendChild(stopped);
   }
 
@@ -353,22 +368,23 @@
       echoed(node);
     } else if (node.matches("article.msg.queued")) {
       echoed(node);
-      announce("Your message is queued; it is sent when the current reply ends.");
+      announce(gettext("Your message is queued; it is sent when the current reply ends."));
     } else if (node.matches("article.msg.assistant") && !node.querySelector(".streaming")) {
       if (node.hasAttribute("data-stopped")) {
         markStopped(node);
-        announce("The reply was stopped.");
+        announce(gettext("The reply was stopped."));
       } else {
-        announce("The assistant replied.");
+        announce(gettext("The assistant replied."));
       }
     }
     var card = node.matches(".elicit-card") ? node : node.querySelector && node.querySelector(".elicit-card");
     if (card) {
       var headline = card.querySelector(".elicit-message");
-      announce("A question: " + (headline ? headline.textContent.trim() : card.getAttribute("aria-label") || ""));
+      announce(interpolate(gettext("A question: %(question)s"),
+        { question: headline ? headline.textContent.trim() : card.getAttribute("aria-label") || "" }, true));
     }
     if (node.matches(".approval-card") || (node.querySelector && node.querySelector(".approval-card"))) {
-      announce("A tool needs your approval.");
+      announce(gettext("A tool needs your approval."));
     }
   }
 

@@ -17,17 +17,27 @@
  *
  * An answer that left on a socket that then dropped, with its question still open, may have
  * been lost with it: it is sent again when the socket is back. The server takes a second copy
- * of an answer quietly (same elicit id), so nothing is applied twice. */
+ * of an answer quietly (same elicit id), so nothing is applied twice.
+ *
+ * Words a person sees go through Django's JavaScript catalog (gettext, interpolate; the chat
+ * page loads it first, domain djangojs); without it they stay in English. The console help
+ * for developers (UNSERVED_HELP) is not translated. */
 (function () {
   "use strict";
 
+  var gettext = window.gettext || function (s) { return s; };
+  var interpolate = window.interpolate || function (fmt, obj) {
+    return fmt.replace(/%\((\w+)\)s/g, function (m, key) { return String(obj[key]); });
+  };
+
+  // Keyed by state name (the keys are logic, the values words).
   var TEXT = {
-    connecting: "Connecting…",
-    connected: "Connected",
-    reconnecting: "Reconnecting…",
-    offline: "Offline — your answers will be sent when the connection is back",
-    closed: "Disconnected — reload the page to connect again",
-    unserved: "This server does not serve the chat's connection"
+    connecting: gettext("Connecting…"),
+    connected: gettext("Connected"),
+    reconnecting: gettext("Reconnecting…"),
+    offline: gettext("Offline — your answers will be sent when the connection is back"),
+    closed: gettext("Disconnected — reload the page to connect again"),
+    unserved: gettext("This server does not serve the chat's connection")
   };
   var UNSERVED_HELP = "ChatBridge: this server answers pages but not the chat's WebSocket. Serve " +
     "the project with daphne or uvicorn and chatbridge.serving.get_asgi_application, or put " +
@@ -77,6 +87,11 @@
     return (submitter.getAttribute("aria-label") || submitter.textContent || "").trim();
   }
 
+  function sendingText(label) {
+    return label ? interpolate(gettext("Sending your answer (%(label)s)…"), {label: label}, true)
+      : gettext("Sending your answer…");
+  }
+
   function pendingNote(form) {
     var note = form.querySelector(".answer-pending-note");
     if (!note) {
@@ -108,7 +123,7 @@
     unconfirmed = unconfirmed.filter(function (entry) {
       var form = openForm(entry);
       if (form && !form.querySelector(".answer-pending-note")) {
-        pendingNote(form).textContent = "Sending your answer" + (entry.label ? " (" + entry.label + ")" : "") + "…";
+        pendingNote(form).textContent = sendingText(entry.label);
       }
       return Boolean(form);
     });
@@ -198,8 +213,9 @@
     var label = labelOf(submitter);
     form.classList.add("answer-pending");
     form.setAttribute("data-pending-label", label);
-    pendingNote(form).textContent =
-      "Your answer" + (label ? " (" + label + ")" : "") + " will be sent when the connection is back.";
+    pendingNote(form).textContent = label
+      ? interpolate(gettext("Your answer (%(label)s) will be sent when the connection is back."), {label: label}, true)
+      : gettext("Your answer will be sent when the connection is back.");
   });
 
   // The message left (at once, or from the queue when the socket opened again).
@@ -216,7 +232,7 @@
     });
     if (form.classList.contains("answer-pending")) {
       form.classList.remove("answer-pending");
-      pendingNote(form).textContent = "Sending your answer" + (label ? " (" + label + ")" : "") + "…";
+      pendingNote(form).textContent = sendingText(label);
     }
   });
 

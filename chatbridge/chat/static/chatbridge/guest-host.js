@@ -20,9 +20,15 @@
  *     errors, submitted} on ready.
  * Either way the server validates each answer and, refusing one, re-renders the card with the
  * reason (the same words every transport uses), which the new guest reads as its question's
- * error; nothing here decides whether an answer is valid. */
+ * error; nothing here decides whether an answer is valid.
+ *
+ * Words a guest may show a person go through Django's JavaScript catalog (gettext; the chat
+ * page loads it first, domain djangojs). Protocol names and the errors meant for a guest's
+ * developer (an unknown tool or method) stay as they are. */
 (function () {
   "use strict";
+
+  var gettext = window.gettext || function (s) { return s; };
 
   var PROTOCOL = "2026-01-26";
 
@@ -80,7 +86,7 @@
       displayMode: "inline",
       availableDisplayModes: ["inline"],
       platform: "web",
-      locale: navigator.language,
+      locale: document.documentElement.lang || navigator.language, // the page's language
       toolInfo: { id: card.dataset.call, tool: { name: card.dataset.tool, inputSchema: { type: "object" } } }
     };
   }
@@ -156,7 +162,7 @@
         if (params.name === "_ui_question") { reply(question(card)); return; }
         if (params.name === "_ui_answer") {
           /* No reply: the server answers by re-rendering the card (refused) or closing it. */
-          if (!relay(card, params.arguments || {})) { fail(-32603, "The question is closed."); }
+          if (!relay(card, params.arguments || {})) { fail(-32603, gettext("The question is closed.")); }
           return;
         }
         fail(-32601, "This host offers the app no tool " + JSON.stringify(params.name) + ".");

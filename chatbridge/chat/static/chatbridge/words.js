@@ -1,6 +1,10 @@
 /* words.js: the tool card's Abort asks before it acts. "Abort" shows an inline confirmation
  * ("Yes, abort" / "Keep going"); focus goes to "Keep going" (never to the committing control),
- * Esc or "Keep going" closes it and returns focus to "Abort". No window.confirm. */
+ * Esc or "Keep going" closes it and returns focus to "Abort". No window.confirm.
+ *
+ * No words of its own: the labels come translated from the server's templates, and the
+ * controls are found by class, never by their text. Any words added here must go through
+ * Django's JavaScript catalog (gettext), as in chat.js. */
 (function () {
   "use strict";
 
