@@ -14,6 +14,7 @@ from chatbridge import (
     Cancel,
     Decline,
     ElicitInBranch,
+    ElicitKey,
     ElicitValidationError,
     LinkUnusable,
     PluginDefinitionError,
@@ -261,3 +262,64 @@ async def test_digest_covers_the_mode(url_manager: SessionManager, links: Memory
     )
     [(kind, error)] = await until_pause(replayed)
     assert kind == "failed" and error.startswith("ReplayDivergence:")
+
+
+PAYMENT = ElicitKey("payment", Paid)
+
+
+async def pay_committed(params: Params, ctx: ToolContext) -> dict[str, Any]:
+    paid = await ctx.elicit_url(PAYMENT, message=f"Pay ${params.amount}", amount=params.amount)
+    if not paid.accepted:
+        return {"paid": False}
+    receipt = await ctx.step("receipt", lambda: f"R-{paid.content.last4}")
+    return {"paid": True, "receipt": receipt}
+
+
+committed_tool = (
+    create_mcp_tool("pay_committed")
+    .parameters(Params)
+    .elicits(PAYMENT)
+    .commits(PAYMENT, label="the payment")
+    .execute(pay_committed)
+)
+
+
+class SlowToClose(MemoryUrlLinks):
+    """Links whose ``close`` waits for ``release``: a database that is slow to answer."""
+
+    def __init__(self) -> None:
+        super().__init__("https://shop.example")
+        self.closing, self.release = asyncio.Event(), asyncio.Event()
+
+    async def close(self, request: Any) -> bool:
+        self.closing.set()
+        await self.release.wait()
+        return await super().close(request)
+
+
+async def test_a_call_that_ends_while_its_abort_closes_the_link_is_not_aborted_after_its_end() -> (
+    None
+):
+    """The abort closes the payment link first; meanwhile the page pays and the call finishes.
+    The abort then finds a call that ended: it says so ("ended"), and the record carries no
+    request to stop that nobody was told about (an MCP client that cancelled was left with
+    a finished booking and no word, under load, before)."""
+    links = SlowToClose()
+    manager = SessionManager(sampler=LiteLLMSampler("offline/test"), url_links=links)
+    try:
+        session = await manager.create(committed_tool, {"amount": 30}, call_id="c1")
+        await until_pause(session)
+        assert session.pending is not None
+        abort = asyncio.create_task(session.abort("the client cancelled", by="client"))
+        await links.closing.wait()  # the abort is closing the link
+        await links.complete(
+            token_of(session.pending.url), Paid(payment_token="t", last4="4242"), manager
+        )
+        ended = await session.wait_finished()
+        assert ended.type == "completed" and ended.result["paid"] is True
+        links.release.set()
+        assert await abort == "ended"
+        assert session.abort_requested is None
+        assert ended.commitment is not None and ended.commitment.abort_by is None
+    finally:
+        await manager.shutdown()

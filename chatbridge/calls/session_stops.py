@@ -100,10 +100,10 @@ class SessionStops:
             return "ended"
         if self._state.aborted is None and not self._guard.committed:
             await self._page_answered()
+        if self._terminal is not None:  # it ended meanwhile (paid on its page, then finished)
+            return "ended"
         if self._guard.committed:
             return await self._abort_committed(reason, by)
-        if self._terminal is not None:
-            return "ended"
         if self._state.aborted is None:
             self.aborted_by = by
             self._state.aborted = SessionAborted(self.id, reason)
