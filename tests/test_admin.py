@@ -239,8 +239,8 @@ async def test_aborting_from_the_admin_stops_the_tool_and_the_chat_shows_it() ->
     confirm = visible((await staff.get(url)).content.decode())
     assert "Abort 1 live session?" in confirm
     assert f"{seats['session_id']} book_flight" in confirm
-    assert "Reason: [maintenance]" in confirm  # prefilled, editable
-    assert 'The user reads: "Stopped by an operator: <reason>".' in confirm
+    assert "Reason: []" in confirm  # not prefilled: the person reads what the operator writes
+    assert 'reads: "An operator stopped this: <reason>". Write it for them.' in confirm
     assert "Yes, abort" in confirm and "No, go back" in confirm
     refused = visible((await staff.post(url, {"reason": "  "})).content.decode())
     assert "This field is required." in refused
@@ -288,7 +288,7 @@ async def test_the_admin_action_aborts_selected_sessions() -> None:
     assert "Abort 1 live session?" in confirm
     assert f"{seats['session_id']} book_flight" in confirm
     assert "Not live, left alone: call_old pick_card (completed)" in confirm
-    assert "Reason: [maintenance]" in confirm
+    assert "Reason: []" in confirm
     assert (await row(seats["session_id"])).status == "awaiting_elicit"
 
     response = await staff.post(CHANGELIST, {**selected, "post": "yes", "reason": "db upgrade"})
@@ -644,11 +644,17 @@ async def test_links_to_a_session_whose_id_looks_quoted_open_that_session() -> N
     about 2.4 % of real call ids (call_22c6…) must be quoted in every link to them."""
     session_id = "call_22c6_5Fbeef"
     await ToolSession.objects.acreate(
-        id=session_id, tool_name="book_flight", status="awaiting_elicit", pending_key="pick_seat"
+        id=session_id,
+        tool_name="book_flight",
+        status="awaiting_elicit",
+        pending_key="pick_seat",
+        pending_since=timezone.now() - timedelta(minutes=3),
     )
     staff = await login(staff=True)
     change = await staff.get(f"{CHANGELIST}{quote(session_id)}/change/")
     assert change.status_code == 200 and session_id in visible(change.content.decode())
+    # The live box says how long the question has waited (it read "for —" on quoted ids).
+    assert "waiting for pick_seat for 3 minutes" in visible(change.content.decode())
     abort_href = re.search(r'href="([^"]*/abort/)"', change.content.decode())
     assert abort_href is not None
     confirm = await staff.get(abort_href[1])

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from chatbridge.chat.admin_display import NOTHING, duration, elapsed, local_stamp, session_url
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin
 from chatbridge.chat.models import ToolSession
-from chatbridge.chat.operations import DEFAULT_ABORT_REASON, abort_tool_session
+from chatbridge.chat.operations import abort_tool_session
 from chatbridge.chat.workers import query_workers
 
 __all__ = ["AbortForm", "LiveSessionsAdmin"]
@@ -36,8 +36,7 @@ class AbortForm(forms.Form):
     """The reason an operator gives for aborting (shown to the user and kept on record)."""
 
     reason = forms.CharField(
-        max_length=300,
-        initial=DEFAULT_ABORT_REASON,
+        max_length=300,  # no default: the person reads it, so an operator writes it for them
         widget=forms.TextInput(attrs={"size": 60, "autocomplete": "off"}),
     )
 
@@ -55,7 +54,8 @@ class LiveSessionsAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        session = ToolSession.objects.filter(pk=object_id).only("pending_since").first()
+        # The URL's id is quoted the admin's way (call_5F…): read the row by the id itself.
+        session = ToolSession.objects.filter(pk=unquote(object_id)).only("pending_since").first()
         context = {
             **(extra_context or {}),
             "can_abort": self.has_abort_permission(request),

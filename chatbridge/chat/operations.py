@@ -13,10 +13,8 @@ from chatbridge.chat.workers import broadcast_abort
 from chatbridge.engine.tool_message import tool_message
 from chatbridge.records.store import _append
 
-__all__ = ["DEFAULT_ABORT_REASON", "OPERATOR_PREFIX", "abort_tool_session"]
+__all__ = ["OPERATOR_PREFIX", "abort_tool_session"]
 
-# What the admin's reason field starts with; the user reads "Stopped by an operator: <reason>".
-DEFAULT_ABORT_REASON = "maintenance"
 # ``ToolSession.aborted_by`` of an operator's abort is "operator <name>".
 OPERATOR_PREFIX = OPERATOR
 
