@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -98,6 +99,21 @@ def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[
         timeout=120,
     )
     return env
+
+
+def superuser(database: Path, prefix: str = "ops") -> tuple[str, str]:
+    """A new superuser in the served ``database`` (by ``manage.py createsuperuser``, as an
+    operator makes one): its name and password."""
+    name, password = f"{prefix}-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+        "DJANGO_SUPERUSER_PASSWORD": password,
+    }
+    manage = [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", name]
+    subprocess.run([*manage, "--email", "ops@example.com"], cwd=ROOT, env=env, check=True)
+    return name, password
 
 
 def output(name: str, log: Path | int | None) -> IO[bytes] | int:

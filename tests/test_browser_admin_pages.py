@@ -4,17 +4,13 @@ box says how long the question has waited, and the abort reason is the operator'
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 from playwright.async_api import Browser, Page, Response, expect
 
 from tests.axe import axe_context
-from tests.servers import ROOT
+from tests.servers import superuser
 from tests.test_browser import send
 
 SERIOUS = ("serious", "critical")
@@ -33,19 +29,6 @@ async def serious_violations(page: Page) -> list[str]:
         for v in result
         if v["impact"] in SERIOUS
     ]
-
-
-def superuser(database: Path) -> tuple[str, str]:
-    name, password = f"ops-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-        "DJANGO_SUPERUSER_PASSWORD": password,
-    }
-    manage = [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", name]
-    subprocess.run([*manage, "--email", "ops@example.com"], cwd=ROOT, env=env, check=True)
-    return name, password
 
 
 async def test_the_admin_pages_of_chatbridge_serve_an_operator_well(

@@ -4,15 +4,11 @@ the chat page does not run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Page, expect
 
-from tests.servers import ROOT
+from tests.servers import superuser
 from tests.test_browser import (
     ask_for_flights,
     expect_confirmation,
@@ -130,15 +126,7 @@ async def test_code_injected_inline_does_not_run(browser: Browser, server: str) 
 async def test_the_admin_runs_under_the_same_policy(
     browser: Browser, server: str, server_database: Path
 ) -> None:
-    name, password = f"csp-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{server_database}",
-        "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
-        "DJANGO_SUPERUSER_PASSWORD": password,
-    }
-    manage = [sys.executable, "manage.py", "createsuperuser", "--noinput", "--username", name]
-    subprocess.run([*manage, "--email", "ops@example.com"], cwd=ROOT, env=env, check=True)
+    name, password = superuser(server_database, "csp")
     context, violations = await watched(browser)
     chat = await open_chat(context, server)
     await send(chat, "Choose a colour")  # a live session for the admin to show

@@ -30,7 +30,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from chatbridge.author.human import nul_refusal
+from chatbridge.chat.chat_errors import nul_refusal
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_http import RemoteChat
 from tests.servers import ROOT, free_port, start_uvicorn, stop

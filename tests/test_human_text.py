@@ -19,7 +19,7 @@ from chatbridge.author.exceptions import (
     technical_errors,
 )
 from chatbridge.author.guest_ui import schema_errors
-from chatbridge.author.human import chat_error_text, human_value
+from chatbridge.author.human import human_value
 from chatbridge.calls.outcome import (
     Aborted,
     Cancelled,
@@ -31,6 +31,7 @@ from chatbridge.calls.outcome import (
     call_status,
     describe,
 )
+from chatbridge.chat.chat_errors import chat_error_text
 from chatbridge.chat.rendering import ToolCallView, render_result
 from chatbridge.chat.templatetags.chatbridge_tags import human, human_items
 from chatbridge.engine.protocol import LogLine

@@ -124,19 +124,17 @@ def test_the_chat_scripts_words_come_in_the_pages_language() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fresh_runtime")
 async def test_a_socket_speaks_the_language_its_handshake_asks_for() -> None:
-    socket = await html_socket(FRENCH)
+    assert "Rechargez la page" in await refusal_of_bad_json(FRENCH)
+    assert "Reload the page and try again." in await refusal_of_bad_json()
+
+
+async def refusal_of_bad_json(*headers: tuple[bytes, bytes]) -> str:
+    """The error fragment a socket opened with ``headers`` draws for a frame that is not JSON."""
+    socket = await html_socket(*headers)
     try:
         await socket.send_to(text_data="{not json")
         while 'role="alert"' not in (frame := await socket.receive_from(timeout=10)):
             pass
-        assert "Rechargez la page" in frame, frame
+        return frame
     finally:
         await socket.disconnect()
-    english = await html_socket()
-    try:
-        await english.send_to(text_data="{not json")
-        while 'role="alert"' not in (frame := await english.receive_from(timeout=10)):
-            pass
-        assert "Reload the page and try again." in frame, frame
-    finally:
-        await english.disconnect()

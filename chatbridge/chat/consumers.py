@@ -13,27 +13,23 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.utils import await_many_dispatch
 from django.template.loader import render_to_string
 from django.utils import translation
-from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 from pydantic import ValidationError
 
 from chatbridge.asgi_types import Scope
 from chatbridge.author.exceptions import ChatBridgeError, RefusalCode, format_errors
-from chatbridge.author.human import nul_refusal
 from chatbridge.calls import strict_json
-from chatbridge.calls.storable import nul_at
 from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.languages import socket_language
-from chatbridge.chat.limits import TokenBucket
+from chatbridge.chat.limits import TokenBucket, nul_refused, too_long_refused
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.socket_owner import socket_owner
 from chatbridge.conf import setting
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.protocol import (
-    MAX_USER_MESSAGE,
     Abort,
     Approve,
     ChatEvent,
@@ -109,35 +105,6 @@ def _retitled(conversation_id: str, title: str) -> str:
         "chatbridge/conversation_link.html", {"item": item, "conversation": item, "oob": True}
     )
     return link + render_to_string("chatbridge/chat_title.html", {"title": title, "oob": True})
-
-
-def _too_long(data: dict[str, Any]) -> str | None:
-    """Why a user message is refused for its length (said plainly, never cut short)."""
-    text = data.get("text")
-    if data.get("type") != "user_message" or not isinstance(text, str):
-        return None
-    if len(text) <= MAX_USER_MESSAGE:
-        return None
-    return _(
-        "Your message is %(length)s characters long; the limit is %(limit)s. "
-        "Shorten it and send it again."
-    ) % {
-        "length": number_format(len(text), force_grouping=True),
-        "limit": number_format(MAX_USER_MESSAGE, force_grouping=True),
-    }
-
-
-_TEXTS = {"text": gettext_noop("Your message"), "reason": gettext_noop("The reason")}
-
-
-def _with_nul(data: dict[str, Any]) -> str | None:
-    """Why a command with a NUL character is refused (no database stores it alike). An
-    answer's content is left to its question, which refuses it on its form's field."""
-    answer = data.get("type") == "elicit_response"
-    where = nul_at({k: v for k, v in data.items() if not (answer and k == "content")})
-    if where is None:
-        return None
-    return nul_refusal(_(_TEXTS.get(str(where[0]) if where else "", gettext_noop("This command"))))
 
 
 class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -266,10 +233,10 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             return
         if "type" not in data and "command" in data:
             data = command_from_form(data)
-        if (with_nul := _with_nul(data)) is not None:
+        if (with_nul := nul_refused(data)) is not None:
             await self.refuse("BAD_TEXT", with_nul)
             return
-        if (too_long := _too_long(data)) is not None:
+        if (too_long := too_long_refused(data)) is not None:
             await self.refuse("TOO_LONG", too_long)
             return
         try:

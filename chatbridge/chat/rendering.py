@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, gettext_noop
 
 from chatbridge.author.elicit import ElicitRequest
-from chatbridge.author.human import chat_error_text, field_label, human_value
+from chatbridge.author.human import field_label, human_value
 from chatbridge.calls.commitment import CommitmentNote
 from chatbridge.calls.outcome import (
     OUTCOME,
@@ -30,6 +30,7 @@ from chatbridge.calls.outcome import (
     Outcome,
     call_status,
 )
+from chatbridge.chat.chat_errors import chat_error_text
 from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,

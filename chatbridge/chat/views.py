@@ -32,10 +32,10 @@ from django_htmx.middleware import HtmxDetails
 
 from chatbridge.author.elicit import ElicitId
 from chatbridge.author.exceptions import LinkUnusable
-from chatbridge.author.human import nul_refusal
 from chatbridge.author.schema import FieldInfo, describe_fields
 from chatbridge.calls.links import UrlQuestion
 from chatbridge.calls.storable import nul_at
+from chatbridge.chat.chat_errors import nul_refusal
 from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
