@@ -36,6 +36,7 @@ from chatbridge.author.elicit import (
     ElicitSchema,
 )
 from chatbridge.author.exceptions import (
+    ChangeRefused,
     ChatBridgeError,
     DuplicateSession,
     ElicitAlreadyPending,
@@ -54,6 +55,7 @@ from chatbridge.author.exceptions import (
     UnknownElicitKey,
     UrlQuestionsUnavailable,
 )
+from chatbridge.author.exits import Exit
 from chatbridge.author.guest_ui import guest_ui
 from chatbridge.author.handoff import create_tool
 from chatbridge.author.plugins import (
@@ -86,6 +88,7 @@ __all__ = [
     "Accept",
     "AnswerRefused",
     "Cancel",
+    "ChangeRefused",
     "ChatBridgeError",
     "Decline",
     "DuplicateSession",
@@ -99,6 +102,7 @@ __all__ = [
     "ElicitRequest",
     "ElicitResult",
     "ElicitSchema",
+    "Exit",
     "ElicitValidationError",
     "FormPost",
     "InvalidToolParams",

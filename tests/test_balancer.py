@@ -115,7 +115,14 @@ async def test_a_chat_booking_through_the_balancer_is_booked_once(
         chat = await RemoteChat.open(http, site.url)
         await chat.connect(site.url)
         flight_id, seats = await chat.book_to_seat()
-        label = seat_map_for(flight_id).first_free()
+        first, label = free_seats(flight_id)[:2]
+        await chat.answer(seats, seat_label=first)
+        # At the review, the person changes the seat: the question comes back, and the
+        # booking goes on with the new one (whichever worker holds the call).
+        review = await chat.next("elicit", key="review")
+        await chat.send({**ids_of(review), "type": "elicit_response", "change": "pick_seat"})
+        seats = await chat.next("elicit", key="pick_seat")
+        assert seats["elicit_id"] != review["elicit_id"]
         await chat.answer(seats, seat_label=label)
         await chat.review_and_pay(base=site.url)  # the page's GET and POST: any worker
         done = await chat.next("tool_call", status="completed", timeout=30)
@@ -125,6 +132,15 @@ async def test_a_chat_booking_through_the_balancer_is_booked_once(
         assert [e for e in chat.events if e["type"] == "error"] == []
         await chat.close()
     await issued_once(site, cluster, done["result"]["ticket"], seats["call_id"])
+
+
+def free_seats(flight_id: str) -> list[str]:
+    seat_map = seat_map_for(flight_id)
+    return [s["label"] for row in seat_map.grid() for s in row["seats"] if not s["taken"]]
+
+
+def ids_of(form: dict[str, Any]) -> dict[str, Any]:
+    return {k: form[k] for k in ("session_id", "call_id", "elicit_id")}
 
 
 async def recorded(site: Site, env: dict[str, str], call_id: str) -> dict[str, Any]:

@@ -403,6 +403,10 @@ class FlakyStore:
         if self.lost:
             raise ClaimLost(session.id, "this-host:1", "other-host:2")
 
+    async def fork(self, session: Any, seq: int) -> None:
+        if self.write_error is not None:
+            raise self.write_error
+
 
 async def test_a_failed_journal_write_ends_the_session_even_if_the_tool_swallows_it() -> None:
     effects: list[str] = []

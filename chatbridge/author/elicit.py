@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeVar
 
 from chatbridge.author.exceptions import ElicitValidationError, ToolDefinitionError
+from chatbridge.author.exits import NO_DECLARED_EXITS, Change, QuestionExits
 from chatbridge.author.human import NUL_KIND, NUL_TECHNICAL, pydantic_messages
 from chatbridge.author.model_context import encode_message, with_context
 from chatbridge.calls.storable import nul_at
@@ -231,6 +232,7 @@ class ElicitRequest(Generic[A]):
     ``mode`` is ``"url"`` for a question answered on a page of its own (``ctx.elicit_url``):
     the user opens ``url`` (an absolute one-time link, filled in by the session before the
     question is shown) and the page reports the answer; hosts only offer the link.
+    ``exits`` and ``changes``: what it offers besides an answer (``chatbridge.author.exits``).
     """
 
     id: ElicitId
@@ -241,6 +243,10 @@ class ElicitRequest(Generic[A]):
     ui: dict[str, Any] | None = None
     mode: ElicitMode = "form"
     url: str | None = None
+    # The exits it offers (its author's words, said in the asking language) and the earlier
+    # answers it offers to change: filled in by the session when the question is shown.
+    exits: QuestionExits = NO_DECLARED_EXITS
+    changes: tuple[Change, ...] = ()
 
     @property
     def key(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Literal, cast, get_args
 from chatbridge.author.human import HumanText, field_label, pydantic_messages
 
 __all__ = [
+    "ChangeRefused",
     "ChatBridgeError",
     "ClaimLost",
     "CommandRefused",
@@ -88,6 +89,7 @@ class ChatBridgeError(Exception):
 RefusalCode = Literal[
     # the conversation or its call refused the command
     "ALREADY_ANSWERED",  # the question or approval was settled another way first
+    "CHANGE_REFUSED",  # an earlier answer that cannot be changed (a step ran after it)
     "BUSY",  # a reply is running
     "CLOSED",  # the call has ended
     "COMMITTED",  # an abort of a call that has committed (it finishes instead)
@@ -240,6 +242,15 @@ class ElicitNotPending(ChatBridgeError):
             f"Session {session_id!r} has no pending elicitation {elicit_id}; {now}. "
             "Answers are accepted once, for the question currently asked."
         )
+
+
+class ChangeRefused(ChatBridgeError):
+    """An earlier answer cannot be changed (``PluginSession.change``); the message says why,
+    in words for the person who asked."""
+
+    def __init__(self, session_id: str, target: str, reason: str) -> None:
+        self.session_id, self.target = session_id, target
+        super().__init__(reason)
 
 
 class InvalidToolParams(ChatBridgeError):

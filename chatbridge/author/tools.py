@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from chatbridge.author.elicit import KEY_NAME, ElicitKey
 from chatbridge.author.exceptions import InvalidToolParams, ToolDefinitionError
+from chatbridge.author.exits import DEFAULT_CANCEL, DEFAULT_DECLINE, Exit, QuestionExits
 from chatbridge.author.human import NUL_TECHNICAL
 from chatbridge.calls.commitment import Commitment, Compensate
 from chatbridge.calls.storable import nul_at
@@ -88,6 +89,8 @@ class McpTool(Generic[P, R]):
     commitments: Mapping[str, Commitment] = field(default_factory=dict)
     # Where it is served (``TRANSPORTS``): both, unless ``.served_on()`` says otherwise.
     transports: frozenset[str] = frozenset(TRANSPORTS)
+    # What its questions offer besides an answer, by key (``.exits()``).
+    exits: Mapping[str, QuestionExits] = field(default_factory=dict)
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -146,6 +149,7 @@ class McpToolBuilder(Generic[P]):
         self._hints = ToolHints()
         self._examples: tuple[str, ...] = ()
         self._commitments: dict[str, Commitment] = {}
+        self._exits: dict[str, QuestionExits] = {}
         self._transports = frozenset(TRANSPORTS)
 
     def description(self, text: str) -> McpToolBuilder[P]:
@@ -263,6 +267,31 @@ class McpToolBuilder(Generic[P]):
         self._commitments[name] = Commitment(name, compensate, label)
         return self
 
+    def exits(
+        self,
+        key: ElicitKey[Any] | str,
+        *,
+        change: Mapping[ElicitKey[Any] | str, Any] | None = None,
+        decline: Exit | None = DEFAULT_DECLINE,
+        cancel: Exit | None = DEFAULT_CANCEL,
+    ) -> McpToolBuilder[P]:
+        """Name what question ``key`` offers besides an answer (``chatbridge.author.exits``):
+        the earlier answers it offers to change, with their labels (``{PICK_SEAT: "Change
+        seat"}``; ``{}`` offers none; by default every earlier answer), and its Decline and
+        Cancel buttons in words saying what they do here (``None`` leaves one out)."""
+        name = key.name if isinstance(key, ElicitKey) else key
+        for given, value in (("decline", decline), ("cancel", cancel)):
+            if value is not None and not isinstance(value, Exit):
+                raise ToolDefinitionError(
+                    f"Tool {self._name!r}: {given}= of {name!r} must be an Exit or None, "
+                    f"got {value!r}."
+                )
+        labels = None
+        if change is not None:
+            labels = {(k.name if isinstance(k, ElicitKey) else k): v for k, v in change.items()}
+        self._exits[name] = QuestionExits(labels, decline, cancel)
+        return self
+
     def execute(self, fn: ToolFn[P, R]) -> McpTool[P, R]:
         """Attach the async body and return the finished ``McpTool``."""
         if self._elicits is None:
@@ -281,6 +310,13 @@ class McpToolBuilder(Generic[P]):
                 f"does not elicit; declared keys: {', '.join(sorted(self._elicits)) or '(none)'}."
                 " Add it to .elicits()."
             )
+        named = set(self._exits).union(*(e.change or {} for e in self._exits.values()))
+        unknown = sorted(named - set(self._elicits))
+        if unknown:
+            raise ToolDefinitionError(
+                f"Tool {self._name!r} names exits of {', '.join(map(repr, unknown))}, which it "
+                f"does not elicit; declared keys: {', '.join(sorted(self._elicits)) or '(none)'}."
+            )
         return McpTool(
             name=self._name,
             description=self._description,
@@ -292,6 +328,7 @@ class McpToolBuilder(Generic[P]):
             examples=self._examples,
             commitments=dict(self._commitments),
             transports=self._transports,
+            exits=dict(self._exits),
         )
 
     def _effective_hints(self) -> ToolHints:

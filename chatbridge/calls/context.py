@@ -212,12 +212,13 @@ class ToolContext:
         plain_ui = None if ui is None else to_json_value(ui, f"The ui of elicitation {key!r}")
         pos = self._next_pos()
         state.elicit_seq += 1
-        elicit_id = ElicitId(state.tool.name, key, state.call_id, state.elicit_seq)
         asked: dict[str, Any] = {"key": key, "message": message, "context": plain_context}
         if mode != "form":  # form questions keep the digests they were recorded with
             asked["mode"] = mode
         digest = request_digest(asked)
         entry = state.journal.recorded(self.scope, pos, "elicit", key, digest)
+        number = state.journal.question_number(state.elicit_seq, entry.seq if entry else None)
+        elicit_id = ElicitId(state.tool.name, key, state.call_id, number)
         if entry is not None:
             return state.answered(
                 key,
@@ -228,7 +229,7 @@ class ToolContext:
         request = ElicitRequest.build(
             elicit_id, model, message, plain_context, state.params, plain_ui, mode
         )
-        seq = state.journal.next_seq()
+        seq = state.journal.next_seq(question=True)
         await state.host.requested(seq, "elicit", key, request.to_dict())
         # The host's question validated the answer (the key's model, with its context).
         try:  # shield_abort, inline: one frame less while the call waits

@@ -9,6 +9,12 @@ replay each with its own answers. Each entry carries a digest of its request, so
 tool (other step arguments, another prompt) raises ``ReplayDivergence`` instead of receiving
 a stale answer. ``seq`` is the global order of recording, kept for storage and display.
 
+A journal forks when a person changes an earlier answer (``PluginSession.change``): the
+entries from that question on are *abandoned* — kept, for operators, but never replayed — and
+the call runs again from the start, replaying what is left and asking that question anew.
+Abandoned entries keep their ``seq`` (new entries come after them) and count in the numbers of
+the questions asked after them, so no question's id is ever given twice in a call.
+
 Durable recording goes through a ``JournalStore``; its failure stops the call.
 """
 
@@ -130,13 +136,32 @@ class Journal:
     was recorded at the root and is not found in its branch, so it runs again.
     """
 
-    __slots__ = ("_entries", "_last_seq", "_tool", "_unconsumed")  # one per call: no dict
+    __slots__ = (  # one per call: no dict
+        "_abandoned",
+        "_asking",
+        "_entries",
+        "_last_seq",
+        "_tool",
+        "_unconsumed",
+    )
 
     def __init__(self, tool: str, entries: Iterable[JournalEntry | Mapping[str, Any]] = ()):
         self._tool = tool
         self._entries: dict[tuple[str, int], JournalEntry] = {}
+        # The ``seq`` of each abandoned question (a fork's), ascending; () while none is.
+        self._abandoned: tuple[int, ...] = ()
+        self._asking: int | None = None  # the seq of the question asked and not answered yet
         seqs: set[int] = set()
-        parsed = [e if isinstance(e, JournalEntry) else JournalEntry.from_dict(e) for e in entries]
+        kept: list[JournalEntry | Mapping[str, Any]] = []
+        for raw in entries:
+            if isinstance(raw, Mapping) and raw.get("abandoned"):
+                seqs.add(_abandoned_seq(raw))
+                if raw.get("kind") == "elicit":
+                    self._abandoned += (_abandoned_seq(raw),)
+            else:
+                kept.append(raw)
+        self._abandoned = tuple(sorted(self._abandoned))
+        parsed = [e if isinstance(e, JournalEntry) else JournalEntry.from_dict(e) for e in kept]
         legacy = sorted((e for e in parsed if e.pos is None), key=lambda e: e.seq)
         for entry in legacy:
             root = 1 + sum(1 for scope, _ in self._entries if scope == "")
@@ -167,10 +192,36 @@ class Journal:
         """True while recorded calls remain unconsumed: their events are not re-emitted."""
         return bool(self._unconsumed)
 
-    def next_seq(self) -> int:
-        """Reserve the global recording order of a live capability call."""
+    def next_seq(self, *, question: bool = False) -> int:
+        """Reserve the global recording order of a live capability call (``question``: a
+        question's, which counts as asked if the journal forks before its answer)."""
         self._last_seq += 1
+        if question:
+            self._asking = self._last_seq
         return self._last_seq
+
+    def question_number(self, ordinal: int, seq: int | None) -> int:
+        """The number in the id of the ``ordinal``-th question the tool asks (on record at
+        ``seq``, or None: asked now): its ordinal, plus the abandoned questions before it."""
+        if not self._abandoned:
+            return ordinal
+        if seq is None:
+            return ordinal + len(self._abandoned)
+        return ordinal + sum(1 for s in self._abandoned if s < seq)
+
+    def fork(self, seq: int) -> list[JournalEntry]:
+        """Abandon the entries from ``seq`` on (and a question asked since, unanswered): the
+        call replays from the start without them. The abandoned entries, in ``seq`` order."""
+        gone = sorted((e for e in self._entries.values() if e.seq >= seq), key=lambda e: e.seq)
+        for entry in gone:
+            del self._entries[(entry.scope, entry.pos or 0)]
+        questions = [e.seq for e in gone if e.kind == "elicit"]
+        if self._asking is not None and self._asking >= seq:
+            questions.append(self._asking)
+        self._abandoned = tuple(sorted({*self._abandoned, *questions}))
+        self._asking = None
+        self._unconsumed = set(self._entries) if self._entries else _NOTHING_UNCONSUMED
+        return gone
 
     def recorded(
         self, scope: str, pos: int, kind: EntryKind, key: str, digest: str
@@ -197,6 +248,8 @@ class Journal:
         """Keep a live call's entry (after its store accepted it)."""
         assert entry.pos is not None
         self._entries[(entry.scope, entry.pos)] = entry
+        if entry.seq == self._asking:
+            self._asking = None
 
     def entries(self) -> list[JournalEntry]:
         return sorted(self._entries.values(), key=lambda e: e.seq)
@@ -207,6 +260,13 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _abandoned_seq(data: Mapping[str, Any]) -> int:
+    seq = data.get("seq")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise ValueError(f"abandoned journal entry seq must be a positive integer, got {seq!r}")
+    return seq
 
 
 class JournalStore(Protocol):
@@ -221,6 +281,9 @@ class JournalStore(Protocol):
     async def check_held(self, session: PluginSession) -> None:
         """Before a step's side effect: raise ``ClaimLost`` if this worker lost the call."""
 
+    async def fork(self, session: PluginSession, seq: int) -> None:
+        """Mark the entries from ``seq`` on abandoned (kept, never replayed), or raise."""
+
 
 class MemoryJournalStore:
     """No storage beyond the session's own memory (the default of ``SessionManager()``)."""
@@ -229,4 +292,7 @@ class MemoryJournalStore:
         return None
 
     async def check_held(self, session: PluginSession) -> None:
+        return None
+
+    async def fork(self, session: PluginSession, seq: int) -> None:
         return None

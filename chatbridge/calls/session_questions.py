@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from chatbridge.author.elicit import (
@@ -29,7 +29,7 @@ from chatbridge.author.exceptions import (
 from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
 from chatbridge.calls.events import ElicitEvent, SessionEvent
-from chatbridge.calls.journal import Journal
+from chatbridge.calls.journal import Journal, JournalEntry
 from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import BY_EXPIRY
@@ -77,6 +77,10 @@ class SessionQuestions:
         def _emit(self, event: SessionEvent) -> bool: ...
 
         async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision: ...
+
+        def offered(self, request: ElicitRequest) -> ElicitRequest: ...
+
+        def asked(self) -> Iterator[tuple[str, JournalEntry]]: ...
 
         def _stop_for_compensation(self) -> SessionAborted: ...
 
@@ -193,8 +197,8 @@ class SessionQuestions:
 
     def answer_of(self, elicit_id: ElicitId | str) -> ElicitResult[Any] | None:
         """How this call's question ``elicit_id`` closed (answered, declined, cancelled,
-        expired), or None if it is open, was never asked, or is another call's. Kept through a
-        replay: the n-th question of a call is the n-th elicit of its journal."""
+        expired), or None if it is open, was never asked, was left for a change of an earlier
+        answer, or is another call's. Kept through a replay (the journal numbers questions)."""
         wanted = str(elicit_id)
         last = self._last
         if last is not None and last.id == wanted and last.answer is not None:
@@ -205,10 +209,10 @@ class SessionQuestions:
             return None
         if (parsed.tool_name, parsed.call_id) != (self.tool_name, self.call_id):
             return None
-        asked = [e for e in self._journal.entries() if e.kind == "elicit" and e.scope == ""]
-        if parsed.seq > len(asked):
-            return None
-        return result_from_dict(asked[parsed.seq - 1].result)
+        for asked_id, entry in self.asked():
+            if asked_id == wanted:
+                return result_from_dict(entry.result)
+        return None
 
     async def question_closed(self, elicit_id: ElicitId | str) -> None:
         """Wait until the question ``elicit_id`` is no longer open (answered or expired)."""
@@ -223,7 +227,8 @@ class SessionQuestions:
         restored, self._refused_on_record = self._refused_on_record, None
         if restored is not None and restored[0] == str(request.id):
             attempts = restored[1]  # its refusals on record: it keeps counting from there
-        question = self._question = self._last = Question(request, attempts=attempts)
+        question = Question(self.offered(request), attempts=attempts)
+        self._question = self._last = question
         try:
             if request.mode == "url":
                 await self._link(question)

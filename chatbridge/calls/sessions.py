@@ -20,14 +20,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from chatbridge.author.approval import DENIED_BY, denial_reason
-from chatbridge.author.elicit import (
-    ElicitRequest,
-)
+from chatbridge.author.elicit import ElicitRequest
 from chatbridge.author.exceptions import (
     ChatBridgeError,
     JournalWriteFailed,
     SessionAborted,
 )
+from chatbridge.author.exits import Change
 from chatbridge.author.sampling import Sampler, SampleRequest, SampleResult
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.call_state import CallState
@@ -53,6 +52,7 @@ from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import Outcome, aborted, completed, failed
 from chatbridge.calls.question import Question
+from chatbridge.calls.session_changes import AnswerChanged, SessionChanges
 from chatbridge.calls.session_events import SessionEvents
 from chatbridge.calls.session_questions import SessionQuestions
 from chatbridge.calls.session_stops import PARKED, SessionStops
@@ -83,10 +83,11 @@ class SessionInfo:
     idle_seconds: float
 
 
-class PluginSession(SessionEvents, SessionQuestions, SessionStops):
+class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChanges):
     """One tool call: its task, status, pending question, events and journal."""
 
     __slots__ = (  # one per call, thousands suspended: no dict
+        "_changed",
         "_clock",
         "_denial",
         "_events",
@@ -169,6 +170,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops):
         self._refused_on_record = refused_on_record
         self._task: asyncio.Task[None] | None = None
         self._parked = False
+        self._changed: tuple[str, Change] | None = None  # the last change of an answer
         self.created_at = self.updated_at = datetime.now(UTC)
         self._last_activity = clock()
 
@@ -289,12 +291,21 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops):
 
     # -- internals --------------------------------------------------------------------------
 
+    async def _body(self) -> Any:
+        """The tool from the start, again each time an earlier answer is changed (the journal
+        forked: the run replays up to the changed question and asks it anew)."""
+        while True:
+            ctx = ToolContext(self._state)
+            try:
+                if self.tool.needs_approval:
+                    await self._approve(ctx)
+                return await self.tool.fn(self.params, ctx)
+            except AnswerChanged:
+                self._state.elicit_seq = 0
+
     async def _run(self) -> None:
-        ctx = ToolContext(self._state)
         try:
-            if self.tool.needs_approval:
-                await self._approve(ctx)
-            raw = await self.tool.fn(self.params, ctx)
+            raw = await self._body()
             result = to_json_value(raw, f"The result of tool {self.tool_name!r}")
         except SessionAborted as exc:
             note = await self._compensated()

@@ -33,8 +33,17 @@ class JournalInline(ReadOnlyInline):
     model = JournalRecord
     verbose_name = _("journal entry (question, sample or step)")
     verbose_name_plural = _("journal: questions, samples and steps, in order")
-    fields = ("seq", "kind", "key", "asked", "answer", "refused", "latency")
+    fields = ("seq", "kind", "key", "branch", "asked", "answer", "refused", "latency")
     readonly_fields = fields
+
+    @admin.display(description=_("branch"))
+    def branch(self, record: JournalRecord) -> str:
+        if not record.abandoned:
+            # Translators: a journal entry the call replays (not left by a changed answer).
+            return gettext("live")
+        return gettext("abandoned by change %(number)d (an earlier answer was changed)") % {
+            "number": record.abandoned
+        }
 
     @admin.display(description=_("request"))
     def asked(self, record: JournalRecord) -> SafeString | str:
@@ -138,7 +147,10 @@ class ToolSessionAdmin(LiveSessionsAdmin):
                 )
             },
         ),
-        (_("Times"), {"fields": ("started", "updated", "ended", "resumes", "last_resumed")}),
+        (
+            _("Times"),
+            {"fields": ("started", "updated", "ended", "resumes", "last_resumed", "changes")},
+        ),
         (LOG_SECTION, {"fields": ("logs_json", "progress_json")}),
         (_("Origin"), {"fields": ("meta_json",)}),
     )

@@ -69,16 +69,21 @@ CLOSE_TRY_AGAIN = 1013  # "try again later": the database is away (the page reco
 UNAVAILABLE = gettext_noop(
     "The database is unavailable right now, so that was not done; please send it again in a moment."
 )
-_FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "HEADERS"}
+_FORM_FIELDS = {"command", "session_id", "call_id", "elicit_id", "action", "change", "HEADERS"}
 
 
 def command_from_form(data: dict[str, Any]) -> dict[str, Any]:
     """Turn an htmx ``ws-send`` form (fields + HEADERS) into a protocol command."""
     kind = data.get("command")
     if kind == "elicit_response":
+        ids: dict[str, Any] = {
+            k: data[k] for k in ("session_id", "call_id", "elicit_id") if k in data
+        }
+        if data.get("change"):  # a Change button: no answer, a question asked again
+            return {"type": kind, **ids, "change": data["change"]}
         return {
             "type": kind,
-            **{k: data[k] for k in ("session_id", "call_id", "elicit_id") if k in data},
+            **ids,
             "action": data.get("action") or "accept",
             "content": {k: v for k, v in data.items() if k not in _FORM_FIELDS},
         }

@@ -223,6 +223,11 @@ class ToolSession(models.Model):
     resumes = models.PositiveIntegerField(
         default=0, help_text="times the call was resumed by replaying its journal"
     )
+    changes = models.PositiveIntegerField(
+        default=0,
+        help_text="times an earlier answer was changed (the journal forked: the entries "
+        "after it are kept, abandoned)",
+    )
     last_resumed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -245,8 +250,10 @@ class ToolSession(models.Model):
 
         Rows written before scopes existed have no ``pos``: they go out without scope, pos
         and digest, which ``Journal`` reads as the tool body's entries in ``seq`` order.
+        Abandoned rows (a change of an earlier answer) go out marked so: never replayed, they
+        count in the numbers of later questions.
         """
-        return [r.entry() for r in self.journal.exclude(result=None)]
+        return [r.entry() for r in self.journal.exclude(result=None, abandoned=0)]
 
 
 class JournalRecord(models.Model):
@@ -275,13 +282,23 @@ class JournalRecord(models.Model):
     )
     requested_at = models.DateTimeField()
     answered_at = models.DateTimeField(null=True, blank=True)
+    abandoned = models.PositiveIntegerField(
+        default=0,
+        help_text="0 on the call's live branch; n: left by the call's n-th change of an "
+        "earlier answer (kept for operators, never replayed)",
+    )
 
     class Meta:
         ordering = ["session", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="journal_seq_unique"),
-            # A call's slot is written once: a second writer (a stale worker) fails here.
-            models.UniqueConstraint(fields=["session", "scope", "pos"], name="journal_slot_unique"),
+            # A call's slot is written once on its live branch: a second writer (a stale
+            # worker) fails here. Abandoned rows leave their slot to the new branch.
+            models.UniqueConstraint(
+                fields=["session", "scope", "pos"],
+                condition=models.Q(abandoned=0),
+                name="journal_live_slot_unique",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -297,6 +314,8 @@ class JournalRecord(models.Model):
         }
         if self.pos is not None:
             data.update(scope=self.scope, pos=self.pos, digest=self.digest or None)
+        if self.abandoned:
+            data["abandoned"] = self.abandoned
         return data
 
     @property

@@ -32,7 +32,11 @@ logger = logging.getLogger("chatbridge.engine")
 
 SHOW_PATIENCE = 10.0  # seconds an answer waits for its form to be drawn (a replay, a redraw)
 ANSWERS_REMEMBERED = 2000  # answers delivered here: a second copy of one is taken quietly
-_CLOSED_AS = {"decline": "declined", "cancel": "cancelled"}
+_CLOSED_AS = {
+    "decline": "declined",
+    "cancel": "cancelled",
+    "change": "left to change an earlier answer",
+}
 
 
 class HubControls:
@@ -168,7 +172,7 @@ class HubControls:
             if result is None:
                 raise refused
             taken = (result.action, dict(cmd.content))  # the form's raw post is not on record
-        if taken == (cmd.action, dict(cmd.content)):
+        if taken == cmd.given():
             logger.info("a copy of the answer to %s: already taken", cmd.elicit_id)
             return
         raise CommandRefused(

@@ -46,7 +46,7 @@ from chatbridge.engine.protocol import (
     check_move,
 )
 from chatbridge.engine.recovery import NOT_OPEN, Recovery
-from chatbridge.engine.tool_calls import ToolCallRunner
+from chatbridge.engine.tool_calls import ToolCallRunner, change_answer
 from chatbridge.engine.turns import LocalQueue, MessageQueue, QueuedMessage, Turns
 
 __all__ = [
@@ -220,16 +220,17 @@ class ChatHub(HubControls):
         shown = await pending.wait_shown(SHOW_PATIENCE)
         if not shown or conv.pending.get(cmd.call_id) is not pending:
             raise CommandRefused("NOT_WAITING", NOT_OPEN)
-        if not pending.deliver(FormPost(cmd.action, dict(cmd.content))):
+        if cmd.change:
+            await change_answer(pending.session, cmd.elicit_id, cmd.change)
+        elif not pending.deliver(FormPost(cmd.action, dict(cmd.content))):
             raise CommandRefused("NOT_WAITING", NOT_OPEN)
-        self._delivered[conv.id, cmd.elicit_id] = (cmd.action, dict(cmd.content))
+        self._delivered[conv.id, cmd.elicit_id] = cmd.given()
         self._delivered.move_to_end((conv.id, cmd.elicit_id))
         while len(self._delivered) > ANSWERS_REMEMBERED:
             self._delivered.popitem(last=False)
-        await self.sink(
-            conv.id,
-            ElicitResponseAck(call_id=cmd.call_id, elicit_id=cmd.elicit_id, action=cmd.action),
-        )
+        if not cmd.change:
+            ack = ElicitResponseAck(call_id=cmd.call_id, elicit_id=cmd.elicit_id, action=cmd.action)
+            await self.sink(conv.id, ack)
 
     def state(self, conversation_id: str) -> ConversationState:
         """The conversation's state here (idle when this process holds nothing for it)."""

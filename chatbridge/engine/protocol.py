@@ -208,7 +208,8 @@ class ElicitComplete(_Event):
     type: Literal["elicit_complete"] = "elicit_complete"
     call_id: str
     elicit_id: str
-    action: Literal["accept", "decline", "cancel"]
+    # "change": left for an earlier question, asked again (``note`` names it)
+    action: Literal["accept", "decline", "cancel", "change"]
     content: dict[str, Any] | None = None
     note: str | None = None  # e.g. why a question was cancelled
 
@@ -306,12 +307,22 @@ class UserMessageCommand(_Command):
 
 
 class ElicitResponseCommand(_Command):
+    """An answer to the open question ``elicit_id``; with ``change``, instead of an answer:
+    go back to that earlier question of the call (its id or key) and answer it again."""
+
     type: Literal["elicit_response"]
     session_id: str = _ID
     call_id: str = _ID
     elicit_id: str = _ID
     action: Literal["accept", "decline", "cancel"] = "accept"
     content: dict[str, Any] = Field(default_factory=dict)
+    change: str = Field(default="", max_length=300)
+
+    def given(self) -> tuple[str, dict[str, Any]]:
+        """What it gave its question, to tell a copy of it (a double click) from another."""
+        if self.change:
+            return "change", {"change": self.change}
+        return self.action, dict(self.content)
 
 
 class Abort(_Command):

@@ -11,7 +11,9 @@ from typing import Any
 from chatbridge.author.approval import APPROVAL_KEY
 from chatbridge.author.elicit import Accept, ElicitRequest, result_to_dict
 from chatbridge.author.exceptions import (
+    ChangeRefused,
     ClaimLost,
+    CommandRefused,
     DuplicateSession,
     ElicitNotPending,
     InvalidToolParams,
@@ -54,9 +56,14 @@ from chatbridge.engine.protocol import (
 )
 from chatbridge.engine.tool_message import tool_message
 
-__all__ = ["ToolCallRunner", "ended_call"]
+__all__ = ["ToolCallRunner", "change_answer", "ended_call"]
 
 logger = logging.getLogger("chatbridge.engine")
+
+NOT_OPEN_TO_CHANGE = (
+    "That question is no longer open, so nothing was changed: change an answer from the "
+    "question the tool asks now."
+)
 
 
 def ended_call(
@@ -296,8 +303,16 @@ class ChatHost:
 
     @staticmethod
     def _closed(session: PluginSession, request: ElicitRequest) -> ElicitComplete:
-        """How a question closed without its form: a URL question's page answered it, or
-        nobody answered in time."""
+        """How a question closed without its form: a URL question's page answered it, it was
+        left to change an earlier answer, or nobody answered in time."""
+        changed = session.changed_from(str(request.id))
+        if changed is not None:
+            return ElicitComplete(
+                call_id=request.call_id,
+                elicit_id=str(request.id),
+                action="change",
+                note=changed.label,
+            )
         answer = session.answer_of(request.id)
         if answer is not None and answer.accepted:
             return ElicitComplete(
@@ -320,3 +335,14 @@ class ChatHost:
             await self.runner.sink(conv.id, event)
 
         return send
+
+
+async def change_answer(session: PluginSession, elicit_id: str, target: str) -> None:
+    """The chat's Change button: from the open question ``elicit_id``, ask ``target`` again
+    (``PluginSession.change``); a refusal says why, in the person's words."""
+    try:
+        await session.change(elicit_id, target)
+    except ChangeRefused as refused:
+        raise CommandRefused("CHANGE_REFUSED", str(refused)) from None
+    except ElicitNotPending:
+        raise CommandRefused("NOT_WAITING", NOT_OPEN_TO_CHANGE) from None

@@ -40,6 +40,7 @@ from chatbridge.author.elicit import (
     ElicitResult,
 )
 from chatbridge.author.exceptions import (
+    ChangeRefused,
     ElicitNotPending,
     ElicitValidationError,
     field_errors_text,
@@ -49,6 +50,7 @@ from chatbridge.author.model_context import CONTEXT_KEY, encode_message, with_co
 from chatbridge.calls.drive import EndEvent, Pause
 from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.exits_wire import EXITS_META, ChangeTo, change_of, exits_meta
 from chatbridge.mcp.levels import hears
 from chatbridge.mcp.modes import ModeNotDeclared, modes_of
 from chatbridge.mcp.schemas import for_version, read_back
@@ -87,7 +89,9 @@ def wire_request(
     (``note`` after it: validation errors) with the context's boundary section last, and the
     context in ``_meta`` too (DESIGN §4: both places on every era; ``_meta`` in addition)."""
     message = f"{request.message}\n\n{note}" if note else request.message
-    meta = {CONTEXT_KEY: request.context} if request.context else None
+    meta: dict[str, Any] = {EXITS_META: exits_meta(request)}
+    if request.context:
+        meta[CONTEXT_KEY] = request.context
     return types.ElicitRequestFormParams(
         message=encode_message(message, request.context),
         requested_schema=with_context(flat, request.context),
@@ -95,8 +99,14 @@ def wire_request(
     )
 
 
-def from_wire(action: str, content: dict[str, Any] | None) -> ElicitResult[Any]:
-    """An unvalidated result from a client's ``ElicitResult`` fields."""
+def from_wire(
+    action: str, content: dict[str, Any] | None, meta: dict[str, Any] | None = None
+) -> ElicitResult[Any]:
+    """An unvalidated result from a client's ``ElicitResult`` fields (``ChangeTo`` when its
+    ``_meta`` asks to change an earlier answer: ``chatbridge.mcp.exits_wire``)."""
+    target = change_of(meta)
+    if target:
+        return ChangeTo(target=target)
     if action == "accept":
         return Accept(dict(content or {}))
     return Decline() if action == "decline" else Cancel()
@@ -107,7 +117,18 @@ async def deliver(session: PluginSession, request: ElicitRequest, answer: Elicit
     given up as Cancel after ``MAX_ATTEMPTS`` refused answers), else the note to ask again with.
     """
     try:
-        await session.respond_to_elicit(request.id, answer)
+        if isinstance(answer, ChangeTo):
+            await session.change(str(request.id), answer.target, by="its MCP client")
+        else:
+            await session.respond_to_elicit(request.id, answer)
+    except ChangeRefused as exc:  # asked again with the reason, like a refused answer
+        question = session.question
+        if question is not None:
+            question.refuse({}, {"change": [str(exc)]})
+            if question.attempts < MAX_ATTEMPTS:
+                return str(exc)
+        with contextlib.suppress(ElicitNotPending):
+            await session.respond_to_elicit(request.id, Cancel())
     except ElicitValidationError as exc:
         question = session.question
         if question is not None and question.attempts < MAX_ATTEMPTS:
@@ -317,7 +338,7 @@ class PushCarrier:
             # ends this wait from outside (``_put``).
             await self._heartbeat()
             raise ClientGone("the client stopped answering pings")
-        return from_wire(answer.action, read_back(answer.content, flat, version))
+        return from_wire(answer.action, read_back(answer.content, flat, version), answer.meta)
 
     async def completed(self, request: ElicitRequest) -> None:
         """``notifications/elicitation/complete``: the page of ``request`` was answered."""

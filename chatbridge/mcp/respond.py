@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
 from chatbridge.author.model_context import encode_message, with_context
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.exits_wire import ChangeTo, change_of
 from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out
 
 __all__ = ["RESPOND_SCHEMA", "RESPOND_TOOL", "NotifyCarrier", "PendingRequests", "respond_tool"]
@@ -88,9 +89,12 @@ class PendingRequests:
         if (
             isinstance(payload, dict)
             and payload.get("action") in ("accept", "decline", "cancel")
-            and set(payload) <= {"action", "content"}
+            and set(payload) <= {"action", "content", "_meta"}
         ):
-            answer = result_from_dict(payload)
+            meta = payload.get("_meta")
+            target = change_of(meta if isinstance(meta, dict) else None)
+            plain = {k: v for k, v in payload.items() if k != "_meta"}
+            answer = ChangeTo(target=target) if target else result_from_dict(plain)
         elif isinstance(payload, dict):
             answer = Accept(payload)
         else:

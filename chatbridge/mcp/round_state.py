@@ -57,7 +57,7 @@ class RoundState:
 def answer_of(raw: Any) -> Any:
     """A client's ``inputResponses`` entry as the answer a session takes."""
     answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
-    return from_wire(answer.action, answer.content)
+    return from_wire(answer.action, answer.content, answer.meta)
 
 
 def input_required(

@@ -242,7 +242,7 @@ class TaskServing:
             answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
             if pending.mode == "url" and answer.action == "accept":
                 return  # consent only: the question's page answers it (mcp/urls.py)
-            await deliver(session, pending, from_wire(answer.action, answer.content))
+            await deliver(session, pending, from_wire(answer.action, answer.content, answer.meta))
             self._arm(session)
             await self._settled(session)
 

@@ -26,6 +26,7 @@ from mcp.server.context import ServerRequestContext
 
 from chatbridge.author.elicit import Accept, ElicitRequest
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.exits_wire import EXITS_META, exits_meta
 
 __all__ = ["answered_by_page", "request_origin", "url_params"]
 
@@ -44,6 +45,7 @@ def url_params(request: ElicitRequest, *, with_id: bool = True) -> types.ElicitR
         message=request.message,
         url=request.url,
         elicitation_id=str(request.id) if with_id else None,
+        _meta={EXITS_META: exits_meta(request)},
     )
 
 

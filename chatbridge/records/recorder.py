@@ -17,6 +17,7 @@ import logging
 import threading
 from typing import Any
 
+from django.db.models import F
 from django.utils import timezone
 
 from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
@@ -197,6 +198,20 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
         lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
 
 
+def _fork(session_id: str, seq: int, now: Any) -> None:
+    """The call's journal forks (an earlier answer changed): its rows from ``seq`` on are
+    marked abandoned by this change, in one transaction with the check that this worker holds
+    the call (the fenced count of its changes)."""
+    held = ToolSession.objects.filter(**lease.held(session_id))
+    if not held.update(changes=F("changes") + 1, updated_at=now):
+        lease.check(session_id)  # raises: no such row, or another worker holds the call
+    found = lean_sql.select(ToolSession, ("changes",), id=session_id)
+    assert found is not None, "the fenced update found the row"
+    JournalRecord.objects.filter(session_id=session_id, seq__gte=seq, abandoned=0).update(
+        abandoned=found[0]
+    )
+
+
 def _rejected(session_id: str, elicit_id: str, data: dict[str, Any], errors: Any, at: Any) -> None:
     record = JournalRecord.objects.filter(session_id=session_id, elicit_id=elicit_id).last()
     refused = {"at": at.isoformat(), "data": data, "errors": errors}
@@ -275,6 +290,10 @@ class DjangoRecorder:
         if now - self._held_at.get(session.id, -HELD_FRESH) < HELD_FRESH:
             return  # held a moment ago (an answer's write, fenced, just before this step)
         await write_now(lease.check, session.id)  # in order: after the call's row
+        self._held_at[session.id] = asyncio.get_running_loop().time()
+
+    async def fork(self, session: PluginSession, seq: int) -> None:
+        await write_now(_fork, session.id, seq, timezone.now())
         self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def session_started(self, session: PluginSession) -> None:

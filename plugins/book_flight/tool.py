@@ -7,10 +7,17 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext_lazy
 from pydantic import BaseModel, Field, model_validator
 
-from chatbridge import AnswerRefused, ElicitKey, ToolContext, answer_rule, create_mcp_tool
+from chatbridge import (
+    AnswerRefused,
+    ElicitKey,
+    Exit,
+    ToolContext,
+    answer_rule,
+    create_mcp_tool,
+)
 from plugins.book_flight.data import (
     Flight,
     SeatMap,
@@ -208,5 +215,31 @@ book_flight = (
     .parameters(BookFlightParams)
     .elicits(PICK_FLIGHT, PICK_SEAT, REVIEW, PAYMENT)
     .commits(PAYMENT, compensate=refund_payment, label="the payment")
+    # Each later question offers to change an earlier answer; none once the payment is made.
+    .exits(PICK_SEAT, change={PICK_FLIGHT: pgettext_lazy("exit", "Change flight")})
+    .exits(
+        REVIEW,
+        change={
+            PICK_SEAT: pgettext_lazy("exit", "Change seat"),
+            PICK_FLIGHT: pgettext_lazy("exit", "Change flight"),
+        },
+        decline=Exit(
+            pgettext_lazy("exit", "Don't book"),
+            pgettext_lazy("exit", "Ends this booking here; nothing is charged."),
+        ),
+        cancel=None,
+    )
+    .exits(
+        PAYMENT,
+        change={
+            PICK_SEAT: pgettext_lazy("exit", "Change seat"),
+            PICK_FLIGHT: pgettext_lazy("exit", "Change flight"),
+        },
+        decline=Exit(
+            pgettext_lazy("exit", "Don't pay"),
+            pgettext_lazy("exit", "Ends this booking here; nothing is charged."),
+        ),
+        cancel=None,
+    )
     .execute(run_book_flight)
 )
