@@ -175,6 +175,18 @@ async def test_decline_and_abort_buttons(browser: Browser, server: str) -> None:
     await expect(page.get_by_text("Not booked: flight selection declined")).to_be_visible(
         timeout=15000
     )
+    declined = page.locator("article.tool-card").last
+    # Its progress ("Found 5 flights") told of a booking that did not happen: it is gone,
+    # and the person's own decline is not shown as an error.
+    await expect(declined.locator(".tool-progress")).to_be_empty()
+    said = declined.get_by_text("Not booked: flight selection declined")
+    colour = await said.evaluate("b => getComputedStyle(b).color")
+    danger = await page.evaluate(
+        "() => { const e = document.createElement('span'); e.style.color = 'var(--danger)';"
+        " document.body.append(e); const c = getComputedStyle(e).color; e.remove(); return c; }"
+    )
+    assert danger.startswith("rgb") and colour != danger, (colour, danger)
+    await page.screenshot(path=ARTIFACTS / "declined-booking.png", full_page=True)
     # The reply to the declined call ends the turn; a message sent before that is BUSY.
     await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
 

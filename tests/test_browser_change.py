@@ -64,6 +64,11 @@ async def test_changing_the_seat_at_the_review_books_one_ticket_with_the_new_sea
     )
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=ARTIFACTS / "change-review.png", full_page=True)
+    await page.set_viewport_size({"width": 390, "height": 844})  # a phone: still reachable
+    await change_seat.scroll_into_view_if_needed()
+    await expect(change_seat).to_be_in_viewport()
+    await page.screenshot(path=ARTIFACTS / "change-review-phone.png")
+    await page.set_viewport_size({"width": 1280, "height": 800})
 
     await change_seat.click()
     await expect(page.get_by_role("group", name="Seats")).to_be_visible(timeout=15000)

@@ -29,7 +29,7 @@ async def open_picker(browser: Browser, server: str) -> Page:
 
 
 def tool_status(page: Page):
-    return page.locator(".tool-card", has_text="choose_color").locator(".status")
+    return page.locator(".tool-card:has([data-tool=choose_color])").locator(".status")
 
 
 async def test_the_picker_runs_sandboxed_and_the_host_validates(
@@ -155,7 +155,7 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
     await guest.get_by_role("button", name="Send").click()
     await expect(guest.get_by_role("alert")).to_have_text(REFUSED_TINT, timeout=15000)
     await expect(guest.get_by_label("Tint")).to_have_value("#zz")  # the refused values back
-    card = page.locator(".tool-card", has_text="pick_tint")
+    card = page.locator(".tool-card:has([data-tool=pick_tint])")
     await expect(card.locator(".status")).to_have_text("Running")  # the tool did not resume
 
     await guest.get_by_label("Tint").fill("#12AB34")
@@ -172,7 +172,7 @@ async def test_a_seed_004_guest_is_served_refused_corrected_and_declined(
     guest = page.frame_locator("iframe.guest-frame")
     await expect(guest.locator("#message")).to_have_text("Which tint?", timeout=15000)
     await guest.get_by_role("button", name="Decline").click()
-    second = page.locator(".tool-card", has_text="pick_tint").last
+    second = page.locator(".tool-card:has([data-tool=pick_tint])").last
     # Its outcome: the tool returned after its question was declined.
     await expect(second.locator(".status")).to_have_text("Declined", timeout=15000)
     await expect(second.locator(".tool-result")).to_contain_text("the question was declined")

@@ -39,19 +39,20 @@ async def test_a_french_browser_gets_the_chat_in_french(browser: Browser, server
     await expect(refusal).to_contain_text(
         "Saisissez une adresse e-mail comme nom@exemple.com", timeout=15000
     )
-    await expect(card).to_contain_text("Passer cette question")
+    await expect(card).to_contain_text("Dire non à cette question")
     ARTIFACTS.mkdir(exist_ok=True)
     await card.screenshot(path=ARTIFACTS / "french-refusal.png")
 
     await card.get_by_role("button", name="Refuser").click()
-    feedback = page.locator(".tool-card", has_text="send_feedback")
+    feedback = page.locator(".tool-card:has([data-tool=send_feedback])")
     await expect(feedback.locator(".status")).to_have_text("Refusé", timeout=15000)
     await expect(feedback).to_contain_text(f"Refusé{NBSP}: cette question a été passée")
     await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
-    # Nothing of the interface's English on the page (the messages and the chat's title aside).
+    # Nothing of the interface's English on the page (the messages, the chat's title and the
+    # tools' names aside: a tool's name is its author's, like its questions).
     chrome = await page.locator("body").evaluate(
         "b => { const c = b.cloneNode(true);"
-        " c.querySelectorAll('article.msg, #chat-title, .conversation-list a')"
+        " c.querySelectorAll('article.msg, #chat-title, .conversation-list a, .tool-name')"
         ".forEach(m => m.remove()); return c.innerText; }"
     )
     for english in ("New chat", "Send", "Decline", "Declined", "Connected", "Waiting for"):

@@ -82,7 +82,7 @@ async def test_approve_and_the_auto_form_with_server_side_errors(
     ARTIFACTS.mkdir(exist_ok=True)
     await page.screenshot(path=ARTIFACTS / "auto-form.png", full_page=True)
     await page.locator(".auto-form-submit").click()
-    result = page.locator(".tool-card", has_text="send_feedback").locator(".tool-result")
+    result = page.locator(".tool-card:has([data-tool=send_feedback])").locator(".tool-result")
     await expect(result).to_contain_text("FB-", timeout=15000)
     areas = result.locator("xpath=.//dt[normalize-space()='Areas']/following-sibling::dd[1]")
     await expect(areas).to_have_text("mcp")  # a definition list, not a dict

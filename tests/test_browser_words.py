@@ -37,10 +37,11 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
 
     # The exits are explained; declining gives a "Declined" badge, never a green "Done".
     card = page.locator(".elicit-card")
-    await expect(card).to_contain_text("Skip this question")
-    await expect(card).to_contain_text("Close this question; the tool usually stops.")
+    # What Decline and Cancel do, said without hedging: the tool is told, and decides.
+    await expect(card).to_contain_text("Say no to this question: the tool is told you declined")
+    await expect(card).to_contain_text("Close this question without answering: the tool is told")
     await page.get_by_role("button", name="Decline").click()
-    feedback = page.locator(".tool-card", has_text="send_feedback")
+    feedback = page.locator(".tool-card:has([data-tool=send_feedback])")
     await expect(feedback.locator(".status")).to_have_text("Declined", timeout=15000)
     await expect(feedback).to_contain_text("Declined: this question was skipped")
     await feedback.screenshot(path=ARTIFACTS / "words-declined.png")
@@ -48,7 +49,7 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
 
     # Abort asks first: focus on "Keep going", Esc backs out, then "Yes, abort" stops it.
     await ask_for_flights(page)
-    booking = page.locator(".tool-card", has_text="book_flight").last
+    booking = page.locator(".tool-card:has([data-tool=book_flight])").last
     abort = booking.get_by_role("button", name="Abort")
     await expect(booking).to_contain_text("Ends the whole tool call, not only a question.")
     await abort.click()
