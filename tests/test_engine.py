@@ -50,6 +50,11 @@ class MemoryStore:
     async def save_phase(self, conversation_id: str, phase: Any) -> None:
         self.phases.append(phase)
 
+    async def fork(
+        self, conversation_id: str, message_id: str, *, edit: bool
+    ) -> tuple[list[str], list[str]]:
+        raise CommandRefused("BAD_COMMAND", "this store keeps no message ids: no forks")
+
     async def resumable(self, conversation_id: str) -> list[Any]:
         return []  # nothing survives a restart in memory
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from chatbridge import PluginRegistry, SessionManager
+from chatbridge.author.exceptions import CommandRefused
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.links import MemoryUrlLinks
 from chatbridge.engine.conversation import LiveConversation
@@ -42,6 +43,11 @@ class MemoryStore:
 
     async def save_phase(self, conversation_id: str, phase: Any) -> None:
         return None
+
+    async def fork(
+        self, conversation_id: str, message_id: str, *, edit: bool
+    ) -> tuple[list[str], list[str]]:
+        raise CommandRefused("BAD_COMMAND", "this store keeps no message ids: no forks")
 
     async def resumable(self, conversation_id: str) -> list[Any]:
         return []

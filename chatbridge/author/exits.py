@@ -32,6 +32,7 @@ __all__ = [
     "Exit",
     "QuestionExits",
     "default_change_label",
+    "offered",
 ]
 
 
@@ -83,6 +84,21 @@ class Change:
 
     def to_dict(self) -> dict[str, str]:
         return {"question": self.elicit_id, "key": self.key, "label": self.label}
+
+
+def offered(exits: QuestionExits, changes: tuple[Change, ...]) -> dict[str, Any]:
+    """What a question offers besides an answer, as JSON: ``{"change": [{"question", "key",
+    "label"}], "decline": {"label", "hint"} | None, "cancel": ...}`` (the chat's ``elicit``
+    event, an MCP elicitation's ``_meta``)."""
+
+    def said(value: Exit | None) -> dict[str, str] | None:
+        return None if value is None else {"label": str(value.label), "hint": str(value.hint)}
+
+    return {
+        "change": [change.to_dict() for change in changes],
+        "decline": said(exits.decline),
+        "cancel": said(exits.cancel),
+    }
 
 
 def default_change_label(key: str) -> str:

@@ -34,8 +34,10 @@ from chatbridge.engine.protocol import (
     Approve,
     ChatEvent,
     Deny,
+    EditMessage,
     ElicitResponseCommand,
     ErrorEvent,
+    Regenerate,
     Stop,
     UserMessage,
     UserMessageCommand,
@@ -293,6 +295,11 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await hub.decide(self.conversation_id, command.call_id, False, command.reason)
         elif isinstance(command, Stop):
             await hub.stop(self.conversation_id)
+        elif isinstance(command, EditMessage):
+            text = command.text.strip() or command.text
+            await hub.edit_message(self.conversation_id, command.message_id, text)
+        elif isinstance(command, Regenerate):
+            await hub.regenerate(self.conversation_id, command.message_id)
 
     async def refuse(self, code: RefusalCode, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))

@@ -40,7 +40,7 @@ class TokenBucket:
 def too_long_refused(data: dict[str, Any]) -> str | None:
     """Why a user message is refused for its length (said plainly, never cut short)."""
     text = data.get("text")
-    if data.get("type") != "user_message" or not isinstance(text, str):
+    if data.get("type") not in ("user_message", "edit_message") or not isinstance(text, str):
         return None
     if len(text) <= MAX_USER_MESSAGE:
         return None

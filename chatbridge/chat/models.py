@@ -105,6 +105,11 @@ class Message(models.Model):
     stopped = models.BooleanField(
         default=False, help_text="a reply the user stopped: its content is what was shown"
     )
+    abandoned = models.PositiveIntegerField(
+        default=0,
+        help_text="0 in the conversation the model reads; n: left by the conversation's n-th "
+        "fork (a message edited and sent again, a reply regenerated), kept readable",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -31,10 +31,12 @@ from chatbridge.calls.outcome import (
     call_status,
 )
 from chatbridge.chat.chat_errors import chat_error_text
+from chatbridge.chat.earlier_versions import fork_marker, group_forks
 from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,
     ChatEvent,
+    ConversationForked,
     ConversationState,
     ElicitComplete,
     ElicitForm,
@@ -222,19 +224,27 @@ def transcript(
     messages: list[dict[str, Any]],
     message_ids: list[str],
     sessions: Mapping[str, ToolSession],
+    forks: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Items to render on page load: messages and tool cards.
+    """Items to render on page load: messages and tool cards, and the earlier versions the
+    conversation's forks left (``forks``: each message's fork number, 0 for none), grouped.
 
     A tool card's status, result and error come from its call's session row (``sessions``,
     by call id); only a call without one falls back to its tool message.
     """
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     items: list[dict[str, Any]] = []
-    for message, message_id in zip(messages, message_ids, strict=True):
-        role = message.get("role")
+    for index, (message, message_id) in enumerate(zip(messages, message_ids, strict=True)):
+        role, fork = message.get("role"), forks[index] if forks else 0
         if role in ("user", "assistant") and message.get("content"):
             items.append(
-                {"kind": "message", "role": role, "id": message_id, "content": message["content"]}
+                {
+                    "kind": "message",
+                    "role": role,
+                    "id": message_id,
+                    "content": message["content"],
+                    "fork": fork,
+                }
             )
         for raw in message.get("tool_calls") or ():
             fn = raw.get("function") or {}
@@ -259,8 +269,9 @@ def transcript(
                 call.status, call.result, call.error = _unrecorded_outcome(
                     str(answer.get("content") or "")
                 )
-            items.append({"kind": "tool", "html": mark_safe(tool_card(call))})  # noqa: S308
-    return items
+            card = mark_safe(tool_card(call))  # noqa: S308
+            items.append({"kind": "tool", "html": card, "fork": fork})
+    return group_forks(items)
 
 
 @dataclass
@@ -356,6 +367,8 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
                 "chatbridge/approvals.html", {"approvals": event.approvals, "oob": True}
             )
         return html
+    if isinstance(event, ConversationForked):
+        return fork_marker(event)
     if isinstance(event, ErrorEvent):
         words = chat_error_text(event.code, event.message)
         if words != event.message:  # the exact text is for logs; the person reads ``words``

@@ -12,7 +12,9 @@ from chatbridge.engine.protocol import (
     Approve,
     Command,
     Deny,
+    EditMessage,
     ElicitResponseCommand,
+    Regenerate,
     Stop,
     UserMessageCommand,
 )
@@ -36,7 +38,7 @@ async def routed_outcome(hub: ChatHub, conversation_id: str, command: Command) -
                 )
             case Stop():
                 await hub.stop(conversation_id, routed=True)
-            case UserMessageCommand() | ElicitResponseCommand():
+            case UserMessageCommand() | ElicitResponseCommand() | EditMessage() | Regenerate():
                 return CommandDone(
                     worker=WORKER_ID,
                     ok=False,

@@ -177,7 +177,10 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
             "conversation": current,
             "conversations": sidebar_conversations(owner, current),
             "items": transcript(
-                [m.as_llm_message() for m in stored], [m.id for m in stored], sessions
+                [m.as_llm_message() for m in stored],
+                [m.id for m in stored],
+                sessions,
+                [m.abandoned for m in stored],
             ),
             "examples": example_prompts(),
         },

@@ -1,5 +1,7 @@
 """A person's controls over a conversation's work: stop the reply being written, abort a tool
-call, approve or deny one; and what a late answer (one for a question no longer open) gets.
+call, approve or deny one, edit an earlier message or regenerate the last reply (the
+conversation forks: ``chatbridge.records.forks``); and what a late answer (one for a question
+no longer open) gets.
 
 ``HubControls`` is a part of ``ChatHub`` (``chatbridge.engine.engine``), kept apart so each
 module stays about one thing; the hub owns the state these read and write.
@@ -39,6 +41,9 @@ _CLOSED_AS = {
 }
 
 
+Fork = tuple[str, bool]  # where a conversation forks: a message's id, and whether it is edited
+
+
 class HubControls:
     """Stop, abort, approve and deny (see the module docstring)."""
 
@@ -59,6 +64,35 @@ class HubControls:
         def _conversation(self, conversation_id: str) -> LiveConversation: ...
 
         def forget_if_idle(self, conv: LiveConversation) -> None: ...
+
+        async def _begin(
+            self,
+            conv: LiveConversation,
+            lost: list[ElicitResponseCommand],
+            text: str | None = None,
+            *,
+            new: bool = False,
+            fork: Fork | None = None,
+        ) -> None: ...
+
+    async def edit_message(self, conversation_id: str, message_id: str, text: str) -> None:
+        """Send the user's earlier message ``message_id`` again as ``text``: the conversation
+        forks there (what followed is kept as an earlier version) and a turn starts."""
+        await self._forked(conversation_id, text, (message_id, True))
+
+    async def regenerate(self, conversation_id: str, message_id: str) -> None:
+        """Write the last reply, ``message_id``, again (it is kept as an earlier version)."""
+        await self._forked(conversation_id, None, (message_id, False))
+
+    async def _forked(self, conversation_id: str, text: str | None, fork: Fork) -> None:
+        conv = self._conversation(conversation_id)
+        while conv.starting is not None and not conv.running:
+            await conv.starting.wait()
+            conv = self._conversation(conversation_id)
+        try:
+            await self._begin(conv, lost=[], text=text, new=True, fork=fork)
+        finally:
+            self.forget_if_idle(conv)
 
     async def stop(self, conversation_id: str, *, routed: bool = False) -> None:
         """Stop the reply the model is writing in the conversation (the ``stop`` command), on

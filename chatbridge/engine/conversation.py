@@ -73,6 +73,13 @@ class ConversationStore(Protocol):
         replies this way, and the write that must wait carries them in its commit."""
         ...
 
+    async def fork(
+        self, conversation_id: str, message_id: str, *, edit: bool
+    ) -> tuple[list[str], list[str]]:
+        """Abandon the messages from ``message_id`` on (kept, never read by the model): a
+        user's message edited, or (not ``edit``) the last reply regenerated. The ids of the
+        abandoned messages and of their tool calls; ``CommandRefused`` says why it cannot."""
+
     async def save_phase(self, conversation_id: str, phase: Phase) -> None: ...
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:

@@ -20,7 +20,7 @@ from typing import Any
 from chatbridge.author.plugins import FormPost, PluginRegistry
 from chatbridge.calls.manager import SessionManager
 from chatbridge.engine.completion import ToolCallRequest
-from chatbridge.engine.controls import ANSWERS_REMEMBERED, SHOW_PATIENCE, HubControls
+from chatbridge.engine.controls import ANSWERS_REMEMBERED, SHOW_PATIENCE, Fork, HubControls
 from chatbridge.engine.conversation import (
     LOST_SESSION_MESSAGE,
     CommandRefused,
@@ -38,6 +38,7 @@ from chatbridge.engine.conversation import (
 from chatbridge.engine.forms import FormRenderer
 from chatbridge.engine.protocol import (
     ApprovalRequest,
+    ConversationForked,
     ConversationState,
     ElicitResponseAck,
     ElicitResponseCommand,
@@ -302,9 +303,11 @@ class ChatHub(HubControls):
         client_id: str | None = None,
         queued: QueuedMessage | None = None,
         new: bool = False,
+        fork: Fork | None = None,
     ) -> None:
         """Take the conversation's lease and start a turn; BUSY if one runs anywhere. A turn
-        for a ``new`` message is capped per visitor (``VisitorLimits``)."""
+        for a ``new`` message is capped per visitor (``VisitorLimits``). With ``fork``
+        (message id, edited), the conversation forks there first, holding the lease."""
         if self._closed:
             raise CommandRefused("SHUTTING_DOWN", SHUTTING_DOWN)
         if conv.busy:
@@ -324,6 +327,13 @@ class ChatHub(HubControls):
             conv.starting = None
         if not taken:
             raise CommandRefused("BUSY", BUSY_ELSEWHERE)
+        if fork is not None:
+            try:
+                messages, calls = await self.store.fork(conv.id, fork[0], edit=fork[1])
+            except BaseException:
+                await self.leases.release_turn(conv.id)  # refused: no turn starts
+                raise
+            await self.sink(conv.id, ConversationForked(messages=messages, calls=calls))
         self._start(conv, lost=lost, text=text, client_id=client_id, queued=queued)
 
     def _start(

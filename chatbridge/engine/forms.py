@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from chatbridge.author.elicit import ElicitRequest
+from chatbridge.author.exits import offered
 from chatbridge.author.plugins import FieldErrors, FormPost
 from chatbridge.engine.conversation import PendingElicit
 from chatbridge.engine.protocol import ChatEvent, ElicitForm
@@ -63,6 +64,7 @@ class FormSurface:
             html=html,
             mode=request.mode,
             url=request.url,
+            exits=offered(request.exits, request.changes),
         )
         waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
         question = self._pending.session.question

@@ -25,11 +25,13 @@ __all__ = [
     "AssistantMessage",
     "ChatEvent",
     "Command",
+    "ConversationForked",
     "ConversationState",
     "Deny",
     "ElicitComplete",
     "ElicitForm",
     "ElicitResponseAck",
+    "EditMessage",
     "ElicitResponseCommand",
     "ElicitStart",
     "ErrorEvent",
@@ -37,6 +39,7 @@ __all__ = [
     "MessageQueued",
     "Phase",
     "ProgressNote",
+    "Regenerate",
     "SessionError",
     "Stop",
     "ToolCallEvent",
@@ -191,6 +194,8 @@ class ElicitForm(_Event):
     html: str = ""
     mode: Literal["form", "url"] = "form"
     url: str | None = None  # a URL question's one-time link: the page answers it
+    # The earlier answers it offers to change, its Decline and Cancel (``author/exits.py``).
+    exits: dict[str, Any] = Field(default_factory=dict)
 
 
 class ElicitResponseAck(_Event):
@@ -264,6 +269,16 @@ class ConversationState(_Event):
     approvals: list[ApprovalRequest] = Field(default_factory=list)
 
 
+class ConversationForked(_Event):
+    """The conversation forked (a message edited and sent again, a reply regenerated): these
+    messages and tool calls are an earlier version now, kept readable, never read by the
+    model again. The new branch follows."""
+
+    type: Literal["conversation_forked"] = "conversation_forked"
+    messages: list[str]  # their ids, in order
+    calls: list[str]  # the ids of their tool calls
+
+
 class ErrorEvent(_Event):
     """A command was refused or failed; the socket stays usable."""
 
@@ -287,6 +302,7 @@ ChatEvent: TypeAlias = Annotated[
     | SessionError
     | ApprovalRequest
     | ConversationState
+    | ConversationForked
     | ErrorEvent,
     Field(discriminator="type"),
 ]
@@ -348,12 +364,44 @@ class Stop(_Command):
     type: Literal["stop"]
 
 
+class EditMessage(_Command):
+    """Send one of your earlier messages again, changed: the conversation forks there (what
+    followed it is kept as an earlier version) and a new reply starts."""
+
+    type: Literal["edit_message"]
+    message_id: str = _ID
+    text: str = Field(min_length=1, max_length=MAX_USER_MESSAGE)
+
+
+class Regenerate(_Command):
+    """Write the last reply again: it is kept as an earlier version."""
+
+    type: Literal["regenerate"]
+    message_id: str = _ID
+
+
 Command: TypeAlias = Annotated[
-    UserMessageCommand | ElicitResponseCommand | Abort | Approve | Deny | Stop,
+    UserMessageCommand
+    | ElicitResponseCommand
+    | Abort
+    | Approve
+    | Deny
+    | Stop
+    | EditMessage
+    | Regenerate,
     Field(discriminator="type"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMANDS = ("user_message", "elicit_response", "abort", "approve", "deny", "stop")
+COMMANDS = (
+    "user_message",
+    "elicit_response",
+    "abort",
+    "approve",
+    "deny",
+    "stop",
+    "edit_message",
+    "regenerate",
+)
 
 
 def parse_command(data: Any) -> Command:

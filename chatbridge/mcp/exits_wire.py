@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbridge.author.elicit import Cancel, ElicitRequest
-from chatbridge.author.exits import Exit
+from chatbridge.author.exits import offered
 
 __all__ = ["CHANGE_META", "EXITS_META", "ChangeTo", "change_of", "exits_meta"]
 
@@ -39,17 +39,9 @@ class ChangeTo(Cancel):
     target: str = ""
 
 
-def _exit(value: Exit | None) -> dict[str, str] | None:
-    return None if value is None else {"label": value.label, "hint": value.hint}
-
-
 def exits_meta(request: ElicitRequest) -> dict[str, Any]:
     """``_meta["io.chatbridge/exits"]`` of ``request``."""
-    return {
-        "change": [change.to_dict() for change in request.changes],
-        "decline": _exit(request.exits.decline),
-        "cancel": _exit(request.exits.cancel),
-    }
+    return offered(request.exits, request.changes)
 
 
 def change_of(meta: Mapping[str, Any] | None) -> str:

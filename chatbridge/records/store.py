@@ -35,6 +35,7 @@ from chatbridge.engine.conversation import (
 from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records import lean_sql, lease, message_queue, turn_leases
+from chatbridge.records.forks import Fork, fork_messages
 from chatbridge.records.outage import db_call
 from chatbridge.records.turn_leases import LEASE_SECONDS
 from chatbridge.records.worker_liveness import (
@@ -100,8 +101,8 @@ def _append_message(conversation_id: str, message_id: str, message: dict[str, An
         "stopped": bool(message.get("stopped")),  # not part of what the model reads
         "created_at": now,
     }
-    first = message["role"] == "user" and not lean_sql.max_of(
-        Message, "seq", conversation_id=conversation_id
+    first = message["role"] == "user" and not lean_sql.max_of(  # the first the model reads
+        Message, "seq", conversation_id=conversation_id, abandoned=0
     )
     written = lean_sql.append_numbered(Message, row, "seq", "conversation_id", "id")
     if first and written:
@@ -120,7 +121,9 @@ def _messages(conversation_id: str) -> list[dict[str, Any]]:
     columns = ("role", "content", "tool_calls", "tool_call_id")
     return [
         as_llm_message(*row)
-        for row in lean_sql.rows(Message, columns, "seq", conversation_id=conversation_id)
+        for row in lean_sql.rows(
+            Message, columns, "seq", conversation_id=conversation_id, abandoned=0
+        )
     ]
 
 
@@ -232,6 +235,18 @@ class DjangoStore:
             await write_now(_append, conversation_id, message_id, message)
         else:  # the writer's ordered lane: the next write or read that waits carries it
             write_soon(_append, conversation_id, message_id, message)
+
+    async def fork(
+        self, conversation_id: str, message_id: str, *, edit: bool
+    ) -> tuple[list[str], list[str]]:
+        """The conversation forks at ``message_id`` (``chatbridge.records.forks``): the ids
+        of the messages and tool calls abandoned. Made holding the conversation's lease,
+        before its turn starts; the history kept with the lease is what the model reads now."""
+        forked: Fork = await write_now(fork_messages, conversation_id, message_id, edit)
+        messages, calls, kept = forked
+        if conversation_id in self._histories:
+            self._histories[conversation_id] = kept
+        return messages, calls
 
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
         if phase == "done":  # ``release_turn`` writes it, in the statement that ends the turn
