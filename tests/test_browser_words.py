@@ -67,9 +67,9 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     await expect(booking.locator(".tool-result")).to_have_text(
         "You stopped this before it finished."
     )
-    reply = page.locator("article.msg.assistant").last
+    reply = page.locator("article.msg.assistant .bubble").last
     await expect(reply).to_have_text(
-        "Assistant: OK, I stopped booking the flight as you asked. "
+        "OK, I stopped booking the flight as you asked. "
         "Tell me if you want to start again.",
         timeout=15000,
     )

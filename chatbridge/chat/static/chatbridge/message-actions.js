@@ -5,8 +5,9 @@
  * - Copy: the message's text (as shown) to the clipboard; the polite live region #announcer
  *   says "Copied" (or that the browser refused: then the text is selected to copy by hand).
  * - Copy code: a button added to each code block of a reply, here, as replies arrive.
- * - Edit: shows the message's edit form (server-rendered, hidden) in place of its text; Esc
- *   or Cancel closes it and gives the focus back to Edit. Sending it is the form's ws-send.
+ * - Edit: shows the message's edit form (server-rendered, hidden, empty: filled here with the
+ *   message as shown) in place of its text; Esc or Cancel closes it and gives the focus back
+ *   to Edit. Sending it is the form's ws-send.
  * - A fork: the server's marker (fork_marker.html) names the abandoned messages and tool
  *   cards; they are moved, in order, into a closed "Earlier version" disclosure, as the page
  *   renders them on load.
@@ -90,10 +91,11 @@
   }
 
   function showEdit(p) {
+    var box = p.form.querySelector("textarea");
+    box.value = p.text.innerText.trim();  // the message as shown (no copy of it in the page)
     p.form.hidden = false;
     p.text.hidden = true;
     p.open.setAttribute("aria-expanded", "true");
-    var box = p.form.querySelector("textarea");
     box.focus();
     box.setSelectionRange(box.value.length, box.value.length);
   }
