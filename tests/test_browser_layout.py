@@ -376,4 +376,13 @@ async def test_sixty_chats_load_more_and_search(
     await search.fill("")
     await expect(links).to_have_count(50)
     await expect(more).to_be_visible()
+
+    # Without JavaScript the search is a page of its own (as is each further page of chats).
+    await page.goto(f"{server}/c/{ids[0]}/chats/?q=LISBON")
+    await expect(page.get_by_role("heading", name="Chats found", level=1)).to_be_visible()
+    await expect(nav.get_by_role("link")).to_have_count(len(found))
+    await expect(page.get_by_role("searchbox", name="Search chats")).to_have_value("LISBON")
+    assert await sideways(page) <= 0
+    await check(page, f"search as a page ({device})")
+    await page.screenshot(path=snap(f"search-page-{device}-{scheme}"))
     await context.close()
