@@ -60,7 +60,7 @@ def test_rename_a_chat(client: Client) -> None:
     chat = _open(client)
     _say(chat, "Book a flight")
     page = client.get(f"/c/{chat.id}/").content.decode()
-    item = re.search(rf'<li class="conv-item" id="conv-item-{chat.id}">.*?</li>', page, re.S)
+    item = re.search(rf'<li class="conv-item[^"]*" id="conv-item-{chat.id}">.*?</li>', page, re.S)
     assert item is not None and ">Book a flight</a>" in item.group(0)
     for action in ("Rename", "Delete"):  # described by the chat's name
         assert f'aria-describedby="conv-{chat.id}"' in item.group(0)
@@ -179,3 +179,102 @@ def test_the_favicon_and_the_empty_state(client: Client) -> None:
     prompts = ("Book a flight from JFK to LAX", "Pick a card", "Choose a colour", "Send feedback")
     for prompt in prompts:
         assert f'name="text" value="{prompt}"><button type="submit" class="example">' in page
+
+
+def _chats(owner: str, titles: list[str]) -> list[Conversation]:
+    """Chats of ``owner`` with a message each, the first the newest."""
+    made = []
+    for title in reversed(titles):
+        chat = Conversation.objects.create(owner=owner)
+        _say(chat, title)
+        made.append(chat)
+    return made[::-1]
+
+
+def _more(page: str) -> str | None:
+    """The cursor of the page's "Load more chats", if it has one."""
+    found = re.search(r'name="before" value="([^"]+)"><button type="submit" class="load-more', page)
+    return found.group(1) if found else None
+
+
+def _items(page: str) -> list[str]:
+    return re.findall(r'<a id="conv-([0-9a-f-]+)"', page)
+
+
+def test_sixty_chats_come_fifty_then_the_rest(client: Client) -> None:
+    chat = _open(client)
+    owner = chat.owner
+    chat.delete()
+    chats = _chats(owner, [f"Chat {n:02d}" for n in range(60)])
+    first = client.get(f"/c/{chats[0].id}/").content.decode()
+    assert _listed(first) == [str(c.id) for c in chats[:50]]
+    before = _more(first)
+    assert before is not None and ">Load more chats</button>" in first
+    # With htmx: the next list items, the first of them taking the focus, and no more to load.
+    rest = client.get(f"/c/{chats[0].id}/chats/?before={before}", headers={"HX-Request": "true"})
+    page = rest.content.decode()
+    assert _items(page) == [str(c.id) for c in chats[50:]]
+    assert page.startswith(f'<li class="conv-item" id="conv-item-{chats[50].id}">')
+    assert page.count("data-autofocus") == 1 and f'id="conv-{chats[50].id}"' in page
+    assert _more(page) is None and "<html" not in page
+    assert 'hx-swap-oob="innerHTML"' not in page  # the search's status is left alone
+    # Without JavaScript: a page of its own.
+    plain = client.get(f"/c/{chats[0].id}/chats/?before={before}").content.decode()
+    assert "<h1>Older chats</h1>" in plain and _items(plain) == _items(page)
+    assert f'<a href="/c/{chats[0].id}/">Back to the chat</a>' in plain
+    # A chat moved to the top meanwhile is neither repeated nor skipped.
+    _say(chats[10], "Chat 10, again")
+    again = client.get(f"/c/{chats[0].id}/chats/?before={before}", headers={"HX-Request": "true"})
+    assert _items(again.content.decode()) == [str(c.id) for c in chats[50:]]
+    # A cursor that is not one lists nothing (and breaks nothing).
+    for bad in ("x", "1_nothex", "99999999999999999999999_" + "0" * 32, "-5_" + chats[0].id.hex):
+        response = client.get(f"/c/{chats[0].id}/chats/?before={bad}", headers={"HX-Request": "1"})
+        assert response.status_code == 200 and _items(response.content.decode()) == []
+
+
+def test_search_finds_a_chat_by_a_word_of_its_name_and_only_the_owners(client: Client) -> None:
+    chat = _open(client)
+    mine = _chats(chat.owner, ["Trip to Lisbon", "Dinner in Paris", "LISBON hotels"])
+    theirs = Conversation.objects.create(owner="session:someone-else")
+    _say(theirs, "Lisbon, not yours")
+    url = f"/c/{mine[1].id}/chats/"
+    found = client.get(url, {"q": "  lisBon "}, headers={"HX-Request": "true"}).content.decode()
+    assert _items(found) == [str(mine[0].id), str(mine[2].id)]
+    assert str(theirs.id) not in found and "not yours" not in found
+    assert '<p id="chat-list-status" hx-swap-oob="innerHTML">2 chats found.</p>' in found
+    assert 'aria-current="page"' not in found  # the chat on screen is not among them
+    words = client.get(url, {"q": "lisbon trip"}, headers={"HX-Request": "true"}).content.decode()
+    assert _items(words) == [str(mine[0].id)]  # every word, in any order
+    assert "1 chat found." in words
+    none = client.get(url, {"q": "Rome"}, headers={"HX-Request": "true"}).content.decode()
+    assert _items(none) == [] and "No chat has “Rome” in its name." in none
+    # Cleared: the first page again, and the status emptied.
+    cleared = client.get(url, {"q": ""}, headers={"HX-Request": "true"}).content.decode()
+    assert _items(cleared) == [str(c.id) for c in mine]
+    assert '<p id="chat-list-status" hx-swap-oob="innerHTML"></p>' in cleared
+    # Without JavaScript, the same search as a page; the chat page's own sidebar is unchanged.
+    plain = client.get(url, {"q": "lisbon"}).content.decode()
+    assert "<h1>Chats found</h1>" in plain and 'value="lisbon"' in plain
+    assert _items(plain) == [str(mine[0].id), str(mine[2].id)]
+    # Someone else's chat is not a place to search from; NULs and long queries are harmless.
+    assert client.get(f"/c/{theirs.id}/chats/", {"q": "Lisbon"}).status_code == 404
+    odd = client.get(url, {"q": "Lis\x00bon" + "x" * 500}, headers={"HX-Request": "true"})
+    assert odd.status_code == 200 and _items(odd.content.decode()) == []
+    # "New chat" is a placeholder, not a name: the empty chat on screen is not found by it.
+    empty = client.get(f"/c/{chat.id}/chats/", {"q": "new"}, headers={"HX-Request": "true"})
+    assert _items(empty.content.decode()) == []
+
+
+def test_the_chat_page_offers_the_search_and_a_page_of_chats(client: Client) -> None:
+    chat = _open(client)
+    _say(chat, "Book a flight")
+    page = client.get(f"/c/{chat.id}/").content.decode()
+    form = re.search(r'<form class="chat-search" role="search".*?</form>', page, re.S)
+    assert form is not None
+    assert f'action="/c/{chat.id}/chats/"' in form.group(0)  # works without JavaScript
+    assert f'hx-get="/c/{chat.id}/chats/" hx-target="#conversation-list"' in form.group(0)
+    assert '<label class="visually-hidden" for="chat-search">Search chats</label>' in form.group(0)
+    assert '<span class="visually-hidden">Search</span></button>' in form.group(0)
+    assert '<p class="chat-list-status" id="chat-list-status" role="status"></p>' in page
+    assert _more(page) is None  # one chat: nothing more to load
+    assert f'<li class="conv-item conv-current" id="conv-item-{chat.id}">' in page

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog
 
-from chatbridge.chat import views
+from chatbridge.chat import sidebar, views
 from chatbridge.chat.connection import connection
 from chatbridge.chat.content_policy import chat_policy
 
@@ -29,6 +29,8 @@ urlpatterns = [
         name="delete_conversation",
     ),
     path("c/<uuid:conversation_id>/item/", chat_policy(views.sidebar_item), name="sidebar_item"),
+    # The sidebar's next page of chats, and its search (?q=), seen from this chat.
+    path("c/<uuid:conversation_id>/chats/", chat_policy(sidebar.chats), name="chats"),
     path("tools/", chat_policy(views.tools), name="tools"),
     path("connection/", connection, name="connection"),
     # The chat scripts' words in the page's language (gettext() in chat.js and its siblings).

@@ -11,7 +11,6 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_not_required
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import (
     Http404,
     HttpRequest,
@@ -36,7 +35,8 @@ from chatbridge.author.schema import FieldInfo, describe_fields
 from chatbridge.calls.links import UrlQuestion
 from chatbridge.calls.storable import nul_at
 from chatbridge.chat.chat_errors import nul_refusal
-from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, Message, ToolSession
+from chatbridge.chat.chat_list import chat_list, has_messages
+from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, ToolSession
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.reporting import UrlPageReporterFilter
@@ -45,7 +45,6 @@ from chatbridge.records import url_links as links
 from chatbridge.records.store import owner_key
 from chatbridge.runtime import current_runtime
 
-SIDEBAR_SIZE = 50
 MAX_TITLE = 120  # Conversation.title's max_length
 
 
@@ -126,16 +125,12 @@ def home(request: HttpRequest) -> HttpResponse:
     return redirect("chatbridge:conversation", conversation_id=latest.id)
 
 
-def _has_messages() -> Exists:
-    return Exists(Message.objects.filter(conversation=OuterRef("pk")))
-
-
 @require_POST
 def new_conversation(request: HttpRequest) -> HttpResponse:
     """A fresh conversation: the owner's empty one if there is one (no clutter of empty
     chats), else a new one (up to CHATBRIDGE_CONVERSATIONS_PER_HOUR an hour)."""
     owner = request_owner(request)
-    empty = Conversation.objects.filter(owner=owner).exclude(_has_messages()).first()
+    empty = Conversation.objects.filter(owner=owner).exclude(has_messages()).first()
     if empty is None:
         if (refused := _too_many_chats(request, owner)) is not None:
             return refused
@@ -143,12 +138,6 @@ def new_conversation(request: HttpRequest) -> HttpResponse:
     else:
         empty.save(update_fields=["updated_at"])  # now the latest: "/" finds it again
     return redirect("chatbridge:conversation", conversation_id=empty.id)
-
-
-def sidebar_conversations(owner: str, current: Conversation) -> QuerySet[Conversation]:
-    """The sidebar's list: the owner's chats with messages, and the current one even empty."""
-    listed = Conversation.objects.filter(owner=owner).filter(_has_messages() | Q(pk=current.pk))
-    return listed[:SIDEBAR_SIZE]
 
 
 def _missing(request: HttpRequest) -> HttpResponse:
@@ -175,7 +164,7 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
         "chatbridge/chat.html",
         {
             "conversation": current,
-            "conversations": sidebar_conversations(owner, current),
+            "listing": chat_list(owner, current),  # the sidebar's first page
             "items": transcript(
                 [m.as_llm_message() for m in stored],
                 [m.id for m in stored],
