@@ -69,8 +69,7 @@ async def test_errors_badges_exits_and_abort_in_words(browser: Browser, server: 
     )
     reply = page.locator("article.msg.assistant .bubble").last
     await expect(reply).to_have_text(
-        "OK, I stopped booking the flight as you asked. "
-        "Tell me if you want to start again.",
+        "OK, I stopped booking the flight as you asked. Tell me if you want to start again.",
         timeout=15000,
     )
     await expect(page.locator("#transcript")).not_to_contain_text("Sorry")
