@@ -4,8 +4,10 @@ regenerate the last reply. Each control has a name and is announced."""
 
 from __future__ import annotations
 
+import pytest
 from playwright.async_api import Browser, Page, expect
 
+from tests.axe import axe_context, check
 from tests.test_browser import ARTIFACTS, open_chat, send
 
 
@@ -83,3 +85,30 @@ async def test_copy_edit_and_regenerate_from_the_keyboard(browser: Browser, serv
     await expect(page.locator("details.earlier-version")).to_have_count(2)
     await expect(page.locator("#transcript > article.msg")).to_have_count(2)
     await page.screenshot(path=ARTIFACTS / "message-edited-reloaded.png", full_page=True)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+async def test_message_actions_and_an_earlier_version_pass_axe(
+    browser: Browser, server: str, scheme: str
+) -> None:
+    context = await axe_context(browser, scheme, viewport={"width": 1100, "height": 900})
+    page = await context.new_page()
+    await page.goto(server + "/")
+    await page.get_by_role("button", name="New chat").click()
+    await exchange(page, "Hello there", 1)
+    mine = page.locator("#transcript > article.msg.user").first
+    await mine.get_by_role("button", name="Edit").click()
+    await check(page, "a message being edited")
+    await mine.get_by_role("textbox", name="Edit your message").fill("What can you do?")
+    await mine.get_by_role("button", name="Send").click()
+    earlier = page.locator("details.earlier-version")
+    await expect(earlier).to_have_count(1, timeout=15000)
+    await expect(page.locator("#chat-status")).to_have_text("", timeout=15000)
+    await earlier.locator("summary").click()
+    await (
+        page.locator("#transcript > article.msg.assistant")
+        .last.get_by_role("button", name="Copy")
+        .focus()
+    )
+    await check(page, "an earlier version open, a reply's actions shown")
+    await context.close()
