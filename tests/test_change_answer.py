@@ -3,6 +3,7 @@ runs again from there, and nothing done after it is done twice (``PluginSession.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -235,3 +236,41 @@ def test_exits_must_name_declared_questions() -> None:
         )
     with pytest.raises(ToolDefinitionError, match="must be an Exit"):
         create_mcp_tool("x").elicits(seat=Seat).exits("seat", decline="No")  # type: ignore[arg-type]
+
+
+class SlowFork:
+    """A journal store whose fork waits until the test lets it finish (a slow database)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.forked: list[int] = []
+
+    async def append(self, session: Any, entry: Any) -> None:
+        return None
+
+    async def check_held(self, session: Any) -> None:
+        return None
+
+    async def fork(self, session: Any, seq: int) -> None:
+        await self.release.wait()
+        self.forked.append(seq)
+
+
+async def test_an_answer_racing_a_change_finds_the_question_closed() -> None:
+    store = SlowFork()
+    manager = SessionManager(sampler=no_model, journal_store=store)
+    try:
+        session = await at_review(manager, "race")
+        review = session.pending
+        assert review is not None
+        await session.change(str(review.id), "seat")
+        # The fork is still being written: the review takes no answer meanwhile.
+        with pytest.raises(ElicitNotPending):
+            await session.respond_to_elicit(review.id, Accept({"confirm": True}))
+        store.release.set()
+        again = await question(session)
+        assert again.request.key == "seat"
+        assert store.forked == [2]  # from the seat's answer on
+        assert [e["key"] for e in session.journal] == ["flight"]
+    finally:
+        await manager.shutdown("test finished")

@@ -45,9 +45,9 @@ class AnswerChanged(BaseException):  # noqa: N818 - like CancelledError, not an 
     runs the tool again from the start (a ``BaseException``: a tool's ``except Exception``
     does not swallow it)."""
 
-    def __init__(self, change: Change) -> None:
+    def __init__(self, change: Change, seq: int) -> None:
         super().__init__(change.elicit_id)
-        self.change = change
+        self.change, self.seq = change, seq
 
 
 class SessionChanges:
@@ -107,6 +107,14 @@ class SessionChanges:
             latest = {k: c for k, c in latest.items() if seqs[c.elicit_id] > barrier}
         return dataclasses.replace(request, exits=exits, changes=tuple(latest.values()))
 
+    async def forked(self, changed: AnswerChanged) -> None:
+        """The tool unwound from a change: the journal forks at the changed question, in its
+        store first (a failure stops the call, as any journal write that fails), then here."""
+        await self._durably(self.journal_store.fork(cast("PluginSession", self), changed.seq))
+        abandoned = self._journal.fork(changed.seq)
+        logger.info("call %s forked: %d entries abandoned", self.id, len(abandoned))
+        self._state.elicit_seq = 0
+
     def changed_from(self, elicit_id: str) -> Change | None:
         """The earlier answer the question ``elicit_id`` was left for, if it was."""
         changed = self._changed
@@ -132,17 +140,11 @@ class SessionChanges:
         ):
             raise ElicitNotPending(self.id, elicit_id, None)
         seq = next(e.seq for i, e in self.asked() if i == chosen.elicit_id)
-        await self._durably(self.journal_store.fork(cast("PluginSession", self), seq))
-        abandoned = self._journal.fork(seq)
-        logger.info(
-            "call %s: %s changes %s; %d entries abandoned",
-            self.id,
-            by or "its user",
-            chosen.elicit_id,
-            len(abandoned) + 1,
-        )
+        # Closed now, in this step: no answer can reach it any more. The tool unwinds, and
+        # the session forks the journal (durably first) before running it again (``forked``).
+        logger.info("call %s: %s changes %s", self.id, by or "its user", chosen.elicit_id)
         self._changed = (elicit_id, chosen)
-        question.fail(AnswerChanged(chosen))
+        question.fail(AnswerChanged(chosen, seq))
         # The progress shown so far belongs to the abandoned branch: say what happens now.
         note = _("%(change)s: asked again") % {"change": chosen.label}
         await self.emit_progress(note, None, None)

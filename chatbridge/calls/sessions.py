@@ -300,8 +300,8 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
                 if self.tool.needs_approval:
                     await self._approve(ctx)
                 return await self.tool.fn(self.params, ctx)
-            except AnswerChanged:
-                self._state.elicit_seq = 0
+            except AnswerChanged as changed:
+                await self.forked(changed)
 
     async def _run(self) -> None:
         try:
