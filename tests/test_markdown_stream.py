@@ -174,6 +174,10 @@ def test_the_fragments_build_the_final_bubble_and_nothing_hostile(size: int) -> 
     assert final is not None
     final_page = page_after(view, [*updates, final])
     assert bubble_html(streamed_page, "m1") == bubble_html(final_page, "m1")
+    # Screen readers: the bubble being written is busy, never a live region; the page's one
+    # polite announcement comes with the final reply (chat.js).
+    assert 'aria-busy="true"' in updates[0] and "aria-busy" not in final
+    assert not any("aria-live" in update for update in [*updates, final])
     assert "&lt;script&gt;" in bubble_html(final_page, "m1")
 
 

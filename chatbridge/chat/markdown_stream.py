@@ -7,17 +7,18 @@ the same as for the final reply, so what the model writes is sanitised the same 
 - **Finished blocks are rendered once.** A top-level block (a paragraph, a list, a table, a
   code block) is finished once the next one has started on a complete line, or on a line that
   begins with a letter (a paragraph, whatever follows); when that line has a pipe, once the
-  line under it is complete too (it may head a table). Its HTML is sent
-  once, and only the unfinished tail is parsed and rendered at each piece: the work and the
-  bytes of a piece are bounded by the tail, not by the reply. A tail longer than ``_BIG``
-  characters (one huge code block) is rendered again only once it has grown by a quarter, and
-  past ``_LIVE_LIMIT`` not at all: the final render shows the rest.
-- **The tail is healed, by its Markdown only.** Before it is rendered, characters are only held
-  back or added at its end: an opened ``**``, ``_``, ``~~`` or `` ` `` on the line being written
-  is closed (bold shows as it is written), a link whose address is being written shows as a
-  link, a last line with no words yet (``-``, ``1.``, ``##``, ```` `` ````, ``|``) waits for
-  them, and table rows wait for the line that makes them a table. An open code fence needs
-  nothing: CommonMark ends it with the text, so it shows as a code block so far.
+  line under it is complete too (it may head a table). Its HTML is sent once; only the
+  unfinished tail is parsed and rendered at each piece, so the work and the bytes of a piece
+  are bounded by the tail, not by the reply. A tail longer than ``_BIG`` characters (one huge
+  code block) is rendered again only once it has grown by a quarter, and past
+  ``_LIVE_LIMIT`` not at all: the final render shows the rest.
+- **The tail is healed, by its Markdown only**, and only at the end of its last line: an
+  opened ``**``, ``_``, ``~~`` or `` ` `` is closed (bold shows as it is written), markers
+  that open nothing yet wait, a link shows as its text until its address is complete (never a
+  link to half an address), a last line with no words yet (``-``, ``1.``, ``##``,
+  ```` `` ````, ``|``) waits for them, and table rows wait for the line that makes them a
+  table. An open code fence needs nothing: CommonMark ends it with the text, so it shows as a
+  code block so far. The healed text then goes through the same parser and sanitiser.
 - **A reference definition** (``[x]: https://...``) can change a block written before it: from
   the first one on, the whole reply is rendered at each piece (replies rarely have one).
 
