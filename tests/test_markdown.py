@@ -71,15 +71,16 @@ def test_images_are_links_not_loaded() -> None:
     assert 'href="https://evil.example/pixel.png"' in html
 
 
-def test_streaming_is_plain_text_and_the_final_message_is_markdown() -> None:
+def test_a_streamed_reply_is_markdown_as_it_comes_and_the_final_message_too() -> None:
     view = SocketView()
     first = render_event(AssistantDelta(message_id="m1", delta="**Hi"), view)
-    assert first is not None and "**Hi" in first and "<strong>" not in first
+    assert first is not None and "<p><strong>Hi</strong></p>" in first and "**" not in first
     more = render_event(AssistantDelta(message_id="m1", delta="** <b>x</b>"), view)
-    assert more is not None and "&lt;b&gt;x&lt;/b&gt;" in more
+    assert more is not None and "&lt;b&gt;x&lt;/b&gt;" in more and "<b>" not in more
     final = render_event(AssistantMessage(message_id="m1", content="**Hi** <b>x</b>"), view)
     assert final is not None and 'hx-swap-oob="true"' in final
     assert "<strong>Hi</strong> &lt;b&gt;x&lt;/b&gt;" in final
+    assert view.streams == {}  # the reply is written: nothing of it is kept
 
 
 def test_user_messages_stay_plain_text() -> None:

@@ -16,13 +16,17 @@ Two maintained libraries do the work, no hand-written parsing or escaping:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
-__all__ = ["render_markdown"]
+__all__ = ["clean_html", "markdown_parser", "parse_markdown", "render_markdown"]
 
-_parser = (
+markdown_parser = (
     MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
     .enable(["table", "strikethrough"])
     .disable(["image"])
@@ -68,12 +72,22 @@ _cleaner = nh3.Cleaner(
 
 def render_markdown(text: str) -> SafeString:
     """``text`` (the assistant's Markdown) as sanitised HTML, safe to put in a page."""
-    tokens = _parser.parse(text)
+    return mark_safe(clean_html(parse_markdown(text)))  # noqa: S308 - sanitised by nh3
+
+
+def parse_markdown(text: str, env: dict[str, Any] | None = None) -> list[Token]:
+    """``text``'s block tokens, headings already ``h2`` and alignments classes (``env``, if
+    given, collects the reference definitions the text makes)."""
+    tokens = markdown_parser.parse(text, {} if env is None else env)
     for token in tokens:
         if token.type in ("heading_open", "heading_close"):
             token.tag = "h2"
         elif token.type in ("th_open", "td_open") and "style" in token.attrs:
             align = str(token.attrs.pop("style")).removeprefix("text-align:")
             token.attrs["class"] = f"align-{align}"
-    html = _cleaner.clean(_parser.renderer.render(tokens, _parser.options, {}))
-    return mark_safe(html)  # noqa: S308 - sanitised by nh3 just above
+    return tokens
+
+
+def clean_html(tokens: Sequence[Token]) -> str:
+    """``tokens`` (whole blocks of ``parse_markdown``) as HTML, sanitised by nh3."""
+    return _cleaner.clean(markdown_parser.renderer.render(tokens, markdown_parser.options, {}))

@@ -32,6 +32,8 @@ from chatbridge.calls.outcome import (
 )
 from chatbridge.chat.chat_errors import chat_error_text
 from chatbridge.chat.earlier_versions import fork_marker, group_forks
+from chatbridge.chat.markdown_stream import MarkdownStream
+from chatbridge.chat.streaming import reply_piece
 from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,
@@ -276,10 +278,12 @@ def transcript(
 
 @dataclass
 class SocketView:
-    """What one socket's page already shows: message and tool ids, the approvals listed."""
+    """What one socket's page already shows: message and tool ids, the approvals listed, the
+    reply being written."""
 
     seen: set[str] = field(default_factory=set)
     approvals: tuple[str, ...] = ()
+    streams: dict[str, MarkdownStream] = field(default_factory=dict)
 
 
 def render_event(event: ChatEvent, view: SocketView) -> str | None:
@@ -304,21 +308,10 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             {"id": event.message_id, "content": event.content, "client_id": event.client_id},
         )
         return _oob("beforeend:#queued", item) + _oob("innerHTML:#errors", "")
-    if isinstance(event, AssistantDelta):
-        text = render_to_string("chatbridge/text.html", {"text": event.delta})
-        if event.message_id in seen:
-            return _oob(f"beforeend:#msg-{event.message_id}-text", text)
+    if isinstance(event, AssistantDelta):  # Markdown as it is written (chat/streaming.py)
+        has_bubble = event.message_id in seen
         seen.add(event.message_id)
-        item = render_to_string(
-            "chatbridge/message.html",
-            {
-                "role": "assistant",
-                "id": event.message_id,
-                "content": event.delta,
-                "streaming": True,
-            },
-        )
-        return _oob("beforeend:#transcript", item)
+        return reply_piece(event, view.streams, shown=has_bubble) or None
     if isinstance(event, AssistantMessage):
         context = {
             "role": "assistant",
@@ -326,6 +319,7 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             "content": event.content,
             "stopped": event.stopped,
         }
+        view.streams.pop(event.message_id, None)
         if event.message_id in seen:  # replace the streamed bubble with the final text
             return render_to_string("chatbridge/message.html", {**context, "oob": True})
         seen.add(event.message_id)

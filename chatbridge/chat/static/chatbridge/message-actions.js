@@ -44,17 +44,17 @@
     }, refused);
   }
 
-  // ---- code blocks: a Copy code button each, added once --------------------------------
-  function decorate(root) {
-    var blocks = (root || document).querySelectorAll(".bubble.markdown pre");
+  // ---- code blocks: a Copy code button each, added once the reply is whole ------------
+  // Inside the block, in its corner (words.css): adding it moves nothing on the page.
+  function decorate() {
+    var blocks = document.querySelectorAll(".bubble.markdown:not(.streaming) pre");
     Array.prototype.forEach.call(blocks, function (pre) {
-      if (pre.dataset.copyable || !pre.closest(".msg")) return;
-      pre.dataset.copyable = "true";
+      if (pre.querySelector(".code-copy") || !pre.closest(".msg")) return;
       var button = document.createElement("button");
       button.type = "button";
       button.className = "code-copy";
       button.textContent = gettext("Copy code");
-      pre.parentNode.insertBefore(button, pre);
+      pre.appendChild(button);
     });
   }
 
@@ -73,9 +73,10 @@
     found.forEach(function (el) { details.appendChild(el); });
   }
 
-  function settle(root) {
-    Array.prototype.forEach.call((root || document).querySelectorAll("template.fork-marker"), fold);
-    decorate(root);
+  // After any swap, the whole page (a swap's target may be the element it replaced).
+  function settle() {
+    Array.prototype.forEach.call(document.querySelectorAll("template.fork-marker"), fold);
+    decorate();
   }
 
   // ---- edit: the message's form in place of its text ------------------------------------
@@ -114,8 +115,8 @@
       var source = document.getElementById(button.dataset.copy);
       if (source) copy(source.innerText.trim(), source);
     } else if (button.matches(".code-copy")) {
-      var pre = button.nextElementSibling;
-      if (pre) copy(pre.innerText.replace(/\n$/, ""), pre);
+      var code = button.parentNode.querySelector("code") || button.parentNode;
+      copy(code.innerText.replace(/\n$/, ""), code);
     } else if (button.matches("[data-edit]")) {
       var p = editParts(button);
       if (p && p.form) showEdit(p);
@@ -140,11 +141,11 @@
     if (p) { p.form.hidden = true; p.text.hidden = false; p.open.setAttribute("aria-expanded", "false"); }
   });
 
-  document.body.addEventListener("htmx:oobAfterSwap", function (event) { settle(event.detail && event.detail.target); });
-  document.body.addEventListener("htmx:afterSwap", function (event) { settle(event.detail && event.detail.target); });
+  document.body.addEventListener("htmx:oobAfterSwap", settle);
+  document.body.addEventListener("htmx:afterSwap", settle);
   if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", function () { settle(document); });
+    document.addEventListener("DOMContentLoaded", settle);
   } else {
-    settle(document);
+    settle();
   }
 })();
