@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from chatbridge import create_mcp_tool, make_plugin
 
 # The help reply is "I'm the offline assistant. I can use these tools:\n- show_notes: " then
