@@ -52,8 +52,8 @@ def seed_chats(database: Path, owner: str, titles: list[str]) -> list[str]:
             )
             db.execute(
                 "INSERT INTO chatbridge_chat_message (id, conversation_id, seq, role, content,"
-                " tool_calls, tool_call_id, stopped, created_at)"
-                " VALUES (?, ?, 1, 'user', ?, NULL, '', 0, ?)",
+                " tool_calls, tool_call_id, stopped, abandoned, created_at)"
+                " VALUES (?, ?, 1, 'user', ?, NULL, '', 0, 0, ?)",
                 (f"{chat}-1", chat, title, when),
             )
             ids.append(str(uuid.UUID(chat)))
@@ -318,6 +318,37 @@ async def test_a_focused_control_is_never_under_the_composer(
     )
     await decline.focus()
     await focused_in_sight(page)
+    await context.close()
+
+
+async def test_a_click_on_a_control_half_under_the_composer_is_not_lost(
+    browser: Browser, server: str
+) -> None:
+    """Lifting a focused control above the composer never moves it under a pressing pointer:
+    a press that focused it and then saw it move would lose its click (Decline, here)."""
+    context = await new_context(browser, "desktop")
+    page = await context.new_page()
+    await page.goto(server + "/")
+    await page.get_by_role("button", name="New chat").click()
+    await ask_for_flights(page)
+    decline = page.get_by_role("button", name="Decline")
+    # Decline's lower half under the composer, its upper half in sight.
+    await page.evaluate(
+        """() => {
+          const d = [...document.querySelectorAll("button")].find(b => b.textContent === "Decline");
+          const c = document.querySelector("form.composer");
+          const r = d.getBoundingClientRect();
+          window.scrollBy(0, r.top + r.height * 0.6 - c.getBoundingClientRect().top);
+        }"""
+    )
+    shown = await box(decline)
+    cover = await box(page.locator("form.composer"))
+    assert shown["top"] < cover["top"] < shown["bottom"], (shown, cover)
+    # Pressed just above the composer's edge: the lowest point of it in sight.
+    await page.mouse.click((shown["left"] + shown["right"]) / 2, cover["top"] - 2)
+    await expect(page.get_by_text("Not booked: flight selection declined")).to_be_visible(
+        timeout=15000
+    )
     await context.close()
 
 

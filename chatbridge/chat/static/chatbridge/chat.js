@@ -428,7 +428,18 @@
     }
     measure();
     if (window.ResizeObserver) new ResizeObserver(measure).observe(composer);
+    // Never while a pointer presses: a control focused by mousedown that moved before mouseup
+    // would lose its click. It is lifted once the press is over, if still focused.
+    var pressing = false;
+    document.addEventListener("pointerdown", function () { pressing = true; }, true);
+    function released() {
+      pressing = false;
+      setTimeout(function () { lift(document.activeElement); }, 0);
+    }
+    document.addEventListener("pointerup", released, true);
+    document.addEventListener("pointercancel", released, true);
     document.addEventListener("focusin", function (event) {
+      if (pressing) return;
       lift(event.target);
       requestAnimationFrame(function () { if (document.activeElement === event.target) lift(event.target); });
     });
