@@ -1,6 +1,7 @@
 """Changing an earlier answer over MCP, with the official Python SDK's client: each elicitation
-says in its ``_meta`` which earlier answers it offers to change (where its era carries one: not
-a 2026-07-28 ``inputRequests`` entry); a client that answers with
+says in its ``_meta`` which earlier answers it offers to change (the SDK's client drops the
+``_meta`` of a 2026-07-28 round's ``inputRequests``: checked on the legacy push); a client that
+answers with
 ``_meta["io.chatbridge/change"]`` gets that question again, on the legacy push and on the
 2026-07-28 rounds alike, and nothing done after it is done twice."""
 
@@ -71,7 +72,7 @@ async def test_an_mcp_client_changes_the_seat_at_the_review(mode: str) -> None:
         "How was it?",  # the change was refused: asked again, saying why
     ]
     assert "ticket was done after it" in traveller.messages[-1]
-    if mode == MODERN:  # an inputRequests entry has no _meta in 2026-07-28 (the SDK drops it)
+    if mode == MODERN:  # the SDK's client drops an inputRequests entry's _meta
         return
     review = traveller.exits[2]
     assert [(c["key"], c["label"]) for c in review["change"]] == [

@@ -16,7 +16,7 @@ import pytest
 
 from chatbridge.mcp.errors import UNEXPECTED
 from chatbridge.mcp.modes import ModeNotDeclared
-from plugins.book_flight.data import search_flights
+from plugins.book_flight.data import search_flights, seat_map_for
 from tests.pages import pay
 from tests.servers import free_port, migrated_env, start_daphne, start_each, stop
 from tests.support import BROKEN_CITY
@@ -293,6 +293,37 @@ async def test_book_flight_end_to_end_through_a_task(client: McpClient) -> None:
     assert done["status"] == "completed", done
     booked = done["result"]["structuredContent"]
     assert booked["booked"] is True and booked["ticket"]
+
+
+async def test_a_task_changes_the_seat_at_the_review(client: McpClient) -> None:
+    """Answered with _meta["io.chatbridge/change"], the review asks the seat again; the task
+    books the new seat, once."""
+    created = await client.call("book_flight", ROUTE)
+    task_id = created["taskId"]
+    flight = search_flights(ROUTE["origin"], ROUTE["destination"])[0]
+    seats = seat_map_for(flight.id)
+    free = [s["label"] for row in seats.grid() for s in row["seats"] if not s["taken"]]
+    while True:
+        key, name, params = question(await client.settled(task_id))
+        if name == "review":
+            break
+        await client.update(task_id, {key: booking_answer(name, params)})
+    exits = params["_meta"]["io.chatbridge/exits"]  # what it offers besides an answer
+    assert [(c["key"], c["label"]) for c in exits["change"]] == [
+        ("pick_flight", "Change flight"),
+        ("pick_seat", "Change seat"),
+    ]
+    assert exits["decline"]["label"] == "Don't book" and exits["cancel"] is None
+    change = {"action": "cancel", "_meta": {"io.chatbridge/change": "pick_seat"}}
+    await client.update(task_id, {key: change})
+    again, name, _ = question(await client.settled(task_id))
+    assert name == "pick_seat" and again != key
+    new_seat = {"row": int(free[1][:-1]), "seat": free[1][-1]}
+    await client.update(task_id, {again: {"action": "accept", "content": new_seat}})
+    done = await run_to_end(client, task_id, booking_answer)
+    assert done["status"] == "completed", done
+    booked = done["result"]["structuredContent"]
+    assert booked["booked"] is True and booked["seat"] == free[1]
 
 
 def refusal(tool: str, mode: str, declared: frozenset[str]) -> str:

@@ -4,10 +4,9 @@ an answer, in its ``_meta``, and a client's answer that goes back to an earlier 
 - The request's ``_meta["io.chatbridge/exits"]``: ``{"change": [{"question", "key", "label"}],
   "decline": {"label", "hint"} | null, "cancel": ... }`` — the earlier answers the client may
   change now, and the author's words for Decline and Cancel (``null``: not offered to people;
-  the tool still takes that action). Sent on ``elicitation/create`` (form and URL) and in a
-  task's input requests; a 2026-07-28 ``inputRequests`` entry has no ``_meta`` in that
-  version's schema (the SDKs drop it), so a client there learns what to change from the
-  questions it has answered.
+  the tool still takes that action). Sent on ``elicitation/create`` (form and URL), in a
+  task's input requests and in a 2026-07-28 round's; the official Python SDK's client drops
+  ``_meta`` from a round's ``inputRequests`` entries (a task's reach the client whole).
 - A client that wants to change an earlier answer answers the open question with
   ``{"action": "cancel", "_meta": {"io.chatbridge/change": "<question id or key>"}}``. The
   server goes back to that question and asks it again (a new elicitation, or the next round's
