@@ -232,6 +232,23 @@ def test_sixty_chats_come_fifty_then_the_rest(client: Client) -> None:
         assert response.status_code == 200 and _items(response.content.decode()) == []
 
 
+def test_an_old_chat_opened_is_in_the_first_page_once(client: Client) -> None:
+    chat = _open(client)
+    owner = chat.owner
+    chat.delete()
+    chats = _chats(owner, [f"Chat {n:02d}" for n in range(60)])
+    oldest = chats[-1]
+    first = client.get(f"/c/{oldest.id}/").content.decode()
+    # The open chat is listed (and marked current) though 50 newer ones come first ...
+    assert _listed(first) == [str(c.id) for c in chats[:50]] + [str(oldest.id)]
+    assert f'href="/c/{oldest.id}/" aria-current="page"' in first
+    # ... and the next page does not list it again.
+    rest = client.get(
+        f"/c/{oldest.id}/chats/?before={_more(first)}", headers={"HX-Request": "true"}
+    )
+    assert _items(rest.content.decode()) == [str(c.id) for c in chats[50:-1]]
+
+
 def test_search_finds_a_chat_by_a_word_of_its_name_and_only_the_owners(client: Client) -> None:
     chat = _open(client)
     mine = _chats(chat.owner, ["Trip to Lisbon", "Dinner in Paris", "LISBON hotels"])

@@ -61,7 +61,8 @@ def clean_query(query: str) -> str:
 def chat_list(owner: str, current: Conversation, query: str = "", before: str = "") -> ChatList:
     """The page of ``owner``'s chats after ``before`` (the first page when empty): those with
     messages and ``current`` even empty, or with ``query`` those whose title holds each of its
-    words (case-insensitive)."""
+    words (case-insensitive). ``current`` is always in the first page, once: an open chat older
+    than the page's newest ones comes last in it, and no later page lists it again."""
     query = clean_query(query)
     listed = Conversation.objects.filter(owner=owner).filter(has_messages() | Q(pk=current.pk))
     for word in query.split()[:MAX_WORDS]:
@@ -73,6 +74,11 @@ def chat_list(owner: str, current: Conversation, query: str = "", before: str = 
         if after is None:
             return ChatList([], query, "")
         listed = listed.filter(after)
+        if not query:
+            listed = listed.exclude(pk=current.pk)  # the first page listed it
     chats = list(listed.order_by("-updated_at", "-pk")[: PAGE_SIZE + 1])
     more = cursor(chats[PAGE_SIZE - 1]) if len(chats) > PAGE_SIZE else ""
-    return ChatList(chats[:PAGE_SIZE], query, more)
+    shown = chats[:PAGE_SIZE]
+    if not before and not query and current not in shown:
+        shown.append(current)
+    return ChatList(shown, query, more)
