@@ -219,3 +219,23 @@ def test_the_bytes_sent_grow_with_the_reply_not_with_its_square() -> None:
     # Each piece of four characters (a model's token) sends what changed, not the reply.
     assert bytes_sent(long, 4) < 35 * len(long)
     assert bytes_sent(longer, 4) < 2.2 * bytes_sent(long, 4)
+
+
+@pytest.mark.parametrize(
+    "shown",
+    ["Some **bold wor", "A `code sp", "See [the airline](https://exa", "- one\n- two\n- ", "~~old"],
+)
+def test_a_stopped_reply_stays_as_it_was_shown(shown: str) -> None:
+    """Stopped mid-construct, the reply on record is what was shown: the page keeps showing
+    it as the stream did (not its raw markers), live and after a reload."""
+    from django.template.loader import render_to_string
+
+    bubble = render_to_string(
+        "chatbridge/message.html",
+        {"role": "assistant", "id": "m1", "content": shown, "stopped": True},
+    )
+    inner = BeautifulSoup(bubble, "html.parser").select_one("#msg-m1-text")
+    assert inner is not None
+    assert inner.decode_contents() == streamed(shown, 3).html
+    for marker in ("**", "`", "~~", "](https"):
+        assert marker not in inner.get_text()
