@@ -511,7 +511,22 @@ async def test_a_guest_ui_question_reaches_mcp_clients_with_its_context(server: 
             "schema": schema,
             "context": {"default_color": "#A855F7", "theme": "dark"},
             "error": None,
+            "exits": {  # nothing earlier to change; Decline and Cancel in their default words
+                "change": [],
+                "decline": {
+                    "label": "Decline",
+                    "hint": "Say no to this question: the tool is told you declined, and decides.",
+                },
+                "cancel": {
+                    "label": "Cancel",
+                    "hint": "Close this question without answering: the tool is told, and decides.",
+                },
+            },
         }
+        # A change the question does not offer is refused in words; the question stays open.
+        unchanged = await client.call_tool("_ui_answer", {"action": "cancel", "change": "x"})
+        assert unchanged.is_error
+        assert text_of(unchanged.content[0]) == "This call has no earlier answer x to change."
         refused = await client.call_tool(
             "_ui_answer", {"action": "accept", "content": {"color": "#zzz"}}
         )

@@ -9,7 +9,9 @@ app-only tools (``_meta.ui.visibility: ["app"]``, hidden from the model):
 - ``_ui_question`` → the open question of the call: message, context, schema, and the refusal
   of the last answer, if any (structured content).
 - ``_ui_answer {action, content}`` → the answer, validated like every other answer; a refused
-  one comes back as an error result with the reason, and the question stays open.
+  one comes back as an error result with the reason, and the question stays open. With
+  ``change`` (an earlier question's id or key, one of ``_ui_question``'s ``exits``), no
+  answer: that question is asked again (``chatbridge.mcp.exits_wire``).
 
 A view names its call by ``call`` (``hostContext.toolInfo.id``, the JSON-RPC id of the
 ``tools/call``) when its host tells it; otherwise the one open question of a UI in the same
@@ -36,6 +38,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from chatbridge.author.elicit import ElicitRequest
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.exits_wire import CHANGE_META, exits_meta
 from chatbridge.mcp.hosts import deliver, errors_text, from_wire
 from chatbridge.mcp.results import error_of
 
@@ -77,6 +80,12 @@ APP_TOOLS: dict[str, dict[str, Any]] = {  # name → description and input schem
                 "call": _CALL,
                 "action": {"type": "string", "enum": ["accept", "decline", "cancel"]},
                 "content": {"type": "object", "description": "The answer (for accept)"},
+                "change": {
+                    "type": "string",
+                    "maxLength": 300,
+                    "description": "Instead of an answer: the earlier question to answer "
+                    "again (an id or key from _ui_question's exits.change)",
+                },
             },
             "required": ["action"],
         },
@@ -175,6 +184,7 @@ def question(
         "schema": flat[request.tool_name][request.key],
         "context": {**ui_context, **request.context},
         "error": errors_text(refused) if refused else None,
+        "exits": exits_meta(request),
     }
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=request.message)],
@@ -192,8 +202,10 @@ async def answer(
     session, request = found
     content = arguments.get("content")
     action = str(arguments.get("action", ""))
+    change = arguments.get("change")
+    meta = {CHANGE_META: change} if isinstance(change, str) else None
     note = await deliver(
-        session, request, from_wire(action, content if isinstance(content, dict) else {})
+        session, request, from_wire(action, content if isinstance(content, dict) else {}, meta)
     )
     if note:
         return error_of(note)
