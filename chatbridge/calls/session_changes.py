@@ -95,16 +95,17 @@ class SessionChanges:
         labels = declared.change
         latest: dict[str, Change] = {}
         if not self._guard.committed:  # a payment taken: nothing before it changes
+            # Nothing before the last step either: a step is never done twice.
+            steps = [e.seq for e in self._journal.entries() if e.kind == "step"]
+            barrier = max(steps, default=0)
             for elicit_id, entry in self.asked():
-                if entry.key == APPROVAL_KEY or (labels is not None and entry.key not in labels):
+                if entry.seq < barrier or entry.key == APPROVAL_KEY:
+                    continue
+                if labels is not None and entry.key not in labels:
                     continue
                 label = labels[entry.key] if labels else default_change_label(entry.key)
                 latest.pop(entry.key, None)  # the key's latest answer, at its place in order
                 latest[entry.key] = Change(elicit_id, entry.key, str(label))
-            done = [e.seq for e in self._journal.entries() if e.kind == "step"]
-            barrier = max(done, default=0)
-            seqs = {elicit_id: entry.seq for elicit_id, entry in self.asked()}
-            latest = {k: c for k, c in latest.items() if seqs[c.elicit_id] > barrier}
         return dataclasses.replace(request, exits=exits, changes=tuple(latest.values()))
 
     async def forked(self, changed: AnswerChanged) -> None:

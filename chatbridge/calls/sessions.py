@@ -13,9 +13,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -54,6 +53,7 @@ from chatbridge.calls.outcome import Outcome, aborted, completed, failed
 from chatbridge.calls.question import Question
 from chatbridge.calls.session_changes import AnswerChanged, SessionChanges
 from chatbridge.calls.session_events import SessionEvents
+from chatbridge.calls.session_info import SessionInfo, SessionStatus
 from chatbridge.calls.session_questions import SessionQuestions
 from chatbridge.calls.session_stops import PARKED, SessionStops
 
@@ -61,26 +61,7 @@ __all__ = ["Clock", "PluginSession", "SessionInfo", "SessionStatus"]
 
 logger = logging.getLogger("chatbridge.sessions")
 
-SessionStatus = Literal[
-    "running", "awaiting_elicit", "awaiting_sample", "completed", "failed", "aborted"
-]
 Clock = Callable[[], float]
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """A snapshot of a live session, for inspection (admin, ``list_active``)."""
-
-    id: str
-    tool_name: str
-    call_id: str
-    status: SessionStatus
-    pending_key: str | None
-    pending_message: str | None
-    pending_elicit_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    idle_seconds: float
 
 
 class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChanges):
@@ -292,8 +273,9 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
     # -- internals --------------------------------------------------------------------------
 
     async def _body(self) -> Any:
-        """The tool from the start, again each time an earlier answer is changed (the journal
-        forked: the run replays up to the changed question and asks it anew)."""
+        """The tool from the start (its approval first), again each time an earlier answer is
+        changed (``chatbridge.calls.session_changes``): the run replays up to the changed
+        question and asks it anew."""
         while True:
             ctx = ToolContext(self._state)
             try:

@@ -1,4 +1,5 @@
-"""The chat protocol: events (server → client) and commands (client → server), DESIGN §3.
+"""The chat protocol: events (server → client) and commands (client → server), DESIGN §3;
+the phases a conversation moves through are ``chatbridge.engine.phases``'s (named here too).
 
 Both are pydantic models with a ``type`` discriminator; their JSON is the WebSocket protocol of
 API clients and the input of the HTML fragments browsers receive.
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from chatbridge.author.exceptions import RefusalCode
 from chatbridge.calls.outcome import Outcome
+from chatbridge.engine.phases import TRANSITIONS, Phase, PhaseError
 
 __all__ = [
     "COMMANDS",
@@ -47,52 +49,6 @@ __all__ = [
     "UserMessageCommand",
     "parse_command",
 ]
-
-Phase = Literal[
-    "idle",
-    "process_plugin_abort",
-    "process_plugin_responses",
-    "start_iteration",
-    "streaming",
-    "executing_tools",
-    "plugin_awaiting_elicit",
-    "awaiting_approval",
-    "done",
-]
-
-# The moves between a conversation's phases (seed 001's state machine): one table, read only by
-# ``check_move``, which ``ChatHub.phase`` (the only writer of a phase) calls first (Starlette's
-# ``WebSocketState`` is the model: a move the table does not hold is a bug, and raises).
-#
-# A turn goes ``process_plugin_abort`` → ``process_plugin_responses`` → (``start_iteration`` →
-# ``streaming`` → ``executing_tools``)… → ``done``; while its tool calls run, the phase is derived
-# from what they wait for (``LiveConversation.waiting_phase``: a question, an approval, or
-# nothing). A turn that resumes suspended calls starts in ``executing_tools``, as does a tool call
-# run on its own. Whatever happens in a turn, it ends ``done`` (a failed turn too).
-
-_TOOLS: frozenset[Phase] = frozenset(
-    {"executing_tools", "plugin_awaiting_elicit", "awaiting_approval"}
-)
-_TURN_STARTS: frozenset[Phase] = frozenset({"process_plugin_abort", "executing_tools"})
-
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    # A turn starts, or a tool call runs on its own (``ChatHub.execute_tool_call``).
-    "idle": _TURN_STARTS | _TOOLS,
-    "done": _TURN_STARTS | _TOOLS,
-    "process_plugin_abort": frozenset({"process_plugin_responses"}),
-    "process_plugin_responses": frozenset({"start_iteration"}),
-    "start_iteration": frozenset({"streaming"}),
-    "streaming": frozenset({"executing_tools"}),
-    # Waiting for the calls: their questions and approvals come and go; a turn that resumed
-    # its calls goes on with the user's message, the next reply or nothing.
-    "executing_tools": _TOOLS | {"process_plugin_abort", "start_iteration"},
-    "plugin_awaiting_elicit": _TOOLS | {"start_iteration"},
-    "awaiting_approval": _TOOLS | {"start_iteration"},
-}
-
-
-class PhaseError(RuntimeError):
-    """A phase change the table does not allow (a bug in the engine)."""
 
 
 def check_move(current: Phase, new: Phase) -> None:
