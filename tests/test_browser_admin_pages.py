@@ -31,6 +31,15 @@ async def serious_violations(page: Page) -> list[str]:
     ]
 
 
+async def log_in_to_admin(page: Page, server: str, login: tuple[str, str]) -> None:
+    """Log in on the admin's login page as the operator ``login`` (name, password)."""
+    await page.goto(f"{server}/admin/login/")
+    await page.get_by_label("Username").fill(login[0])
+    await page.get_by_label("Password").fill(login[1])
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+
+
 async def test_the_admin_pages_of_chatbridge_serve_an_operator_well(
     browser: Browser, server: str, server_database: Path
 ) -> None:
@@ -60,11 +69,7 @@ async def operator_visit(
 
     page = await context.new_page()
     page.on("response", watch)
-    await page.goto(f"{server}/admin/login/")
-    await page.get_by_label("Username").fill(login[0])
-    await page.get_by_label("Password").fill(login[1])
-    await page.get_by_role("button", name="Log in").click()
-    await expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    await log_in_to_admin(page, server, login)
 
     sessions = f"{server}/admin/chatbridge_chat/toolsession/"
     await page.goto(sessions)

@@ -22,6 +22,7 @@ from tests.test_browser import (
     pick_first_flight,
     review_and_pay,
 )
+from tests.test_browser_admin_pages import log_in_to_admin
 
 
 def free_seats(flight_id: str) -> list[str]:
@@ -107,11 +108,7 @@ async def test_changing_the_seat_at_the_review_books_one_ticket_with_the_new_sea
     # An operator reads both branches on the call's admin page.
     name, password = superuser(server_database, "change")
     admin = await browser.new_page()
-    await admin.goto(f"{server}/admin/login/")
-    await admin.get_by_label("Username").fill(name)
-    await admin.get_by_label("Password").fill(password)
-    await admin.get_by_role("button", name="Log in").click()
-    await expect(admin.get_by_role("heading", name="Site administration")).to_be_visible()
+    await log_in_to_admin(admin, server, (name, password))
     await admin.goto(f"{server}/admin/chatbridge_chat/toolsession/{quote(call_id)}/change/")
     abandoned_rows = admin.get_by_text("abandoned by change 1 (an earlier answer was changed)")
     await expect(abandoned_rows).to_have_count(2)

@@ -17,6 +17,7 @@ from tests.test_browser import (
     review_and_pay,
     send,
 )
+from tests.test_browser_admin_pages import log_in_to_admin
 from tests.test_browser_pages import _item, _settled
 
 # Every page and frame reports its violations to the console, where the test collects them
@@ -135,11 +136,7 @@ async def test_the_admin_runs_under_the_same_policy(
     ).to_be_visible(timeout=15000)
 
     page = await context.new_page()
-    await page.goto(f"{server}/admin/login/")
-    await page.get_by_label("Username").fill(name)
-    await page.get_by_label("Password").fill(password)
-    await page.get_by_role("button", name="Log in").click()
-    await expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    await log_in_to_admin(page, server, (name, password))
     sessions = f"{server}/admin/chatbridge_chat/toolsession/"
     response = await page.goto(sessions)
     assert response is not None

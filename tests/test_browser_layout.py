@@ -94,6 +94,32 @@ async def sideways(page: Page) -> int:
     return width
 
 
+async def chat_at_flights(
+    browser: Browser, server: str, device: str
+) -> tuple[BrowserContext, Page]:
+    """A new chat on ``device`` whose booking asks for the flight."""
+    context = await new_context(browser, device)
+    page = await context.new_page()
+    await page.goto(server + "/")
+    await page.get_by_role("button", name="New chat").click()
+    await ask_for_flights(page)
+    return context, page
+
+
+async def decline_at_composer(page: Page, fraction: float, px: float) -> None:
+    """Scroll so that the point ``fraction`` of Decline's height (and ``px`` more) down from its
+    top is at the composer's top edge: the rest of it under the composer."""
+    await page.evaluate(
+        """([fraction, px]) => {
+          const d = [...document.querySelectorAll("button")].find(b => b.textContent === "Decline");
+          const c = document.querySelector("form.composer");
+          const r = d.getBoundingClientRect();
+          window.scrollBy(0, r.top + r.height * fraction + px - c.getBoundingClientRect().top);
+        }""",
+        [fraction, px],
+    )
+
+
 def snap(name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / f"layout-{name}.png"
@@ -189,11 +215,7 @@ async def controls_clear_of_the_pill(page: Page, form: Locator, pill: Locator) -
 async def test_jump_to_latest_never_covers_the_open_question(
     browser: Browser, server: str, device: str
 ) -> None:
-    context = await new_context(browser, device)
-    page = await context.new_page()
-    await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
-    await ask_for_flights(page)
+    context, page = await chat_at_flights(browser, server, device)
     form = page.locator(".elicit-card form.elicit-form")
     pill = page.get_by_role("button", name="Jump to latest")
     composer = page.locator("form.composer")
@@ -272,11 +294,7 @@ async def focused_in_sight(page: Page) -> dict[str, Any]:
 async def test_a_focused_control_is_never_under_the_composer(
     browser: Browser, server: str, device: str
 ) -> None:
-    context = await new_context(browser, device)
-    page = await context.new_page()
-    await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
-    await ask_for_flights(page)
+    context, page = await chat_at_flights(browser, server, device)
     flight = search_flights("JFK", "LAX")[0]
     select = page.get_by_role("button", name=f"Select {flight.airline} {flight.number}")
     decline = page.get_by_role("button", name="Decline")
@@ -309,13 +327,7 @@ async def test_a_focused_control_is_never_under_the_composer(
     # A control focused while in the window but under the composer is lifted above it.
     await page.keyboard.press("Escape")
     await expect(abort).to_be_focused()
-    await page.evaluate(
-        """() => {
-          const d = [...document.querySelectorAll("button")].find(b => b.textContent === "Decline");
-          const c = document.querySelector("form.composer");
-          window.scrollBy(0, d.getBoundingClientRect().top - c.getBoundingClientRect().top + 4);
-        }"""
-    )
+    await decline_at_composer(page, 0, 4)  # just under the composer's top
     await decline.focus()
     await focused_in_sight(page)
     await context.close()
@@ -326,21 +338,10 @@ async def test_a_click_on_a_control_half_under_the_composer_is_not_lost(
 ) -> None:
     """Lifting a focused control above the composer never moves it under a pressing pointer:
     a press that focused it and then saw it move would lose its click (Decline, here)."""
-    context = await new_context(browser, "desktop")
-    page = await context.new_page()
-    await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
-    await ask_for_flights(page)
+    context, page = await chat_at_flights(browser, server, "desktop")
     decline = page.get_by_role("button", name="Decline")
     # Decline's lower half under the composer, its upper half in sight.
-    await page.evaluate(
-        """() => {
-          const d = [...document.querySelectorAll("button")].find(b => b.textContent === "Decline");
-          const c = document.querySelector("form.composer");
-          const r = d.getBoundingClientRect();
-          window.scrollBy(0, r.top + r.height * 0.6 - c.getBoundingClientRect().top);
-        }"""
-    )
+    await decline_at_composer(page, 0.6, 0)
     shown = await box(decline)
     cover = await box(page.locator("form.composer"))
     assert shown["top"] < cover["top"] < shown["bottom"], (shown, cover)

@@ -14,8 +14,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_safe
 
 from chatbridge.chat.chat_list import PAGE_SIZE, ChatList, chat_list
-from chatbridge.chat.models import Conversation
-from chatbridge.chat.views import HtmxHttpRequest, request_owner
+from chatbridge.chat.views import HtmxHttpRequest, missing_page, owned_conversation
 
 __all__ = ["chats", "found_text"]
 
@@ -36,12 +35,11 @@ def found_text(listing: ChatList) -> str:
 def chats(request: HtmxHttpRequest, conversation_id: UUID) -> HttpResponse:
     """A page of the sidebar's chats, seen from the chat ``conversation_id``: the page after
     ``before`` ("Load more chats"), those whose name holds every word of ``q``, or both."""
-    owner = request_owner(request)
-    current = Conversation.objects.filter(pk=conversation_id, owner=owner).first()
+    current = owned_conversation(request, conversation_id)
     if current is None:
-        return render(request, "chatbridge/conversation_missing.html", status=404)
+        return missing_page(request)
     before = request.GET.get("before", "")
-    listing = chat_list(owner, current, request.GET.get("q", ""), before)
+    listing = chat_list(current.owner, current, request.GET.get("q", ""), before)
     context = {
         "conversation": current,
         "listing": listing,

@@ -140,13 +140,13 @@ def new_conversation(request: HttpRequest) -> HttpResponse:
     return redirect("chatbridge:conversation", conversation_id=empty.id)
 
 
-def _missing(request: HttpRequest) -> HttpResponse:
+def missing_page(request: HttpRequest) -> HttpResponse:
     """The page for an unknown conversation, or someone else's (the same page: it does not
     tell whether the conversation exists). Rendered here, so DEBUG shows it too."""
     return render(request, "chatbridge/conversation_missing.html", status=404)
 
 
-def _owned(request: HttpRequest, conversation_id: UUID) -> Conversation | None:
+def owned_conversation(request: HttpRequest, conversation_id: UUID) -> Conversation | None:
     return Conversation.objects.filter(pk=conversation_id, owner=request_owner(request)).first()
 
 
@@ -156,7 +156,7 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
     owner = request_owner(request)
     current = Conversation.objects.filter(pk=conversation_id, owner=owner).first()
     if current is None:
-        return _missing(request)
+        return missing_page(request)
     stored = list(current.messages.all())
     sessions = {row.id: row for row in ToolSession.objects.filter(conversation=current)}
     return render(
@@ -238,9 +238,9 @@ def rename_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
     """Rename a chat: GET shows the form, POST (the owner's, with CSRF) saves the name."""
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
-    item = _owned(request, conversation_id)
+    item = owned_conversation(request, conversation_id)
     if item is None:
-        return _missing(request)
+        return missing_page(request)
     context = _action_context(request, item)
     if request.method == "POST":
         title = " ".join(request.POST.get("title", "").split())
@@ -261,9 +261,9 @@ def delete_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
     tool or a reply is still running in it (then it says so and deletes nothing)."""
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
-    item = _owned(request, conversation_id)
+    item = owned_conversation(request, conversation_id)
     if item is None:
-        return _missing(request)
+        return missing_page(request)
     context = _action_context(request, item)
     busy = _busy(item)
     if busy:
@@ -281,9 +281,9 @@ def delete_conversation(request: HtmxHttpRequest, conversation_id: UUID) -> Http
 @require_safe
 def sidebar_item(request: HtmxHttpRequest, conversation_id: UUID) -> HttpResponse:
     """A chat's list item as the sidebar shows it (a cancelled rename or delete puts it back)."""
-    item = _owned(request, conversation_id)
+    item = owned_conversation(request, conversation_id)
     if item is None:
-        return _missing(request)
+        return missing_page(request)
     context = {**_action_context(request, item), "focus": True}
     return render(request, "chatbridge/sidebar_item.html", context)
 

@@ -8,26 +8,22 @@ be undone: a tool call that committed (a payment) after the fork point refuses i
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db.models import Max
 
 from chatbridge.author.exceptions import CommandRefused
 from chatbridge.author.language import gettext as _
 from chatbridge.chat.models import Message, ToolSession
-from chatbridge.engine.conversation import as_llm_message
 
 __all__ = ["Fork", "fork_messages"]
 
-# The abandoned messages' ids, their tool calls' ids, the messages the model reads now.
-Fork = tuple[list[str], list[str], list[dict[str, Any]]]
+Fork = tuple[list[str], list[str]]  # the abandoned messages' ids, their tool calls' ids
 
 
 def fork_messages(conversation_id: str, message_id: str, edit: bool) -> Fork:
     """Abandon the conversation's messages from ``message_id`` on (a user's message being
     edited, or — ``edit`` false — the last reply, to regenerate), by the conversation's next
-    fork number. Returns the abandoned messages' ids, their tool calls' ids and the messages
-    the model reads now; ``CommandRefused`` says why it cannot."""
+    fork number. Returns the abandoned messages' ids and their tool calls' ids;
+    ``CommandRefused`` says why it cannot."""
     live = Message.objects.filter(conversation_id=conversation_id, abandoned=0)
     start = live.filter(id=message_id).values_list("seq", "role", "tool_calls").first()
     if start is None:
@@ -55,7 +51,6 @@ def fork_messages(conversation_id: str, message_id: str, edit: bool) -> Fork:
         )
     forks = Message.objects.filter(conversation_id=conversation_id).aggregate(n=Max("abandoned"))
     number = (forks["n"] or 0) + 1
-    Message.objects.filter(id__in=[i for i, _made in after]).update(abandoned=number)
-    columns = ("role", "content", "tool_calls", "tool_call_id")
-    kept = [as_llm_message(*row) for row in live.order_by("seq").values_list(*columns)]
-    return [i for i, _made in after], calls, kept
+    abandoned = [i for i, _made in after]
+    Message.objects.filter(id__in=abandoned).update(abandoned=number)
+    return abandoned, calls

@@ -127,6 +127,11 @@ def _messages(conversation_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _fork(conversation_id: str, message_id: str, edit: bool) -> tuple[Fork, list[dict[str, Any]]]:
+    """The fork (``fork_messages``), and the messages the model reads after it."""
+    return fork_messages(conversation_id, message_id, edit), _messages(conversation_id)
+
+
 # A turn passes through several phases in a few milliseconds; only the latest one needs
 # writing, and queued phase writes would delay the journal writes that wait behind them.
 # The event loop sets it and the writer thread takes it: every access holds the lock.
@@ -242,8 +247,10 @@ class DjangoStore:
         """The conversation forks at ``message_id`` (``chatbridge.records.forks``): the ids
         of the messages and tool calls abandoned. Made holding the conversation's lease,
         before its turn starts; the history kept with the lease is what the model reads now."""
-        forked: Fork = await write_now(fork_messages, conversation_id, message_id, edit)
-        messages, calls, kept = forked
+        forked: tuple[Fork, list[dict[str, Any]]] = await write_now(
+            _fork, conversation_id, message_id, edit
+        )
+        (messages, calls), kept = forked
         if conversation_id in self._histories:
             self._histories[conversation_id] = kept
         return messages, calls

@@ -205,6 +205,16 @@ def refund_payment(paid: PaymentDone) -> dict[str, str]:
     return {"refund": f"RF-{secrets.token_hex(5).upper()}", "card": f"ending {paid.last4}"}
 
 
+# What book_flight's questions offer besides an answer (``.exits()``), in the person's words.
+_CHANGE_FLIGHT = pgettext_lazy("exit", "Change flight")
+_CHANGE_BOTH: Mapping[ElicitKey[Any] | str, Any] = {
+    PICK_SEAT: pgettext_lazy("exit", "Change seat"),
+    PICK_FLIGHT: _CHANGE_FLIGHT,
+}
+_DONT_BOOK = pgettext_lazy("exit", "Don't book")
+_DONT_PAY = pgettext_lazy("exit", "Don't pay")
+_NOTHING_CHARGED = pgettext_lazy("exit", "Ends this booking here; nothing is charged.")
+
 book_flight = (
     create_mcp_tool("book_flight")
     .description(
@@ -216,30 +226,8 @@ book_flight = (
     .elicits(PICK_FLIGHT, PICK_SEAT, REVIEW, PAYMENT)
     .commits(PAYMENT, compensate=refund_payment, label="the payment")
     # Each later question offers to change an earlier answer; none once the payment is made.
-    .exits(PICK_SEAT, change={PICK_FLIGHT: pgettext_lazy("exit", "Change flight")})
-    .exits(
-        REVIEW,
-        change={
-            PICK_SEAT: pgettext_lazy("exit", "Change seat"),
-            PICK_FLIGHT: pgettext_lazy("exit", "Change flight"),
-        },
-        decline=Exit(
-            pgettext_lazy("exit", "Don't book"),
-            pgettext_lazy("exit", "Ends this booking here; nothing is charged."),
-        ),
-        cancel=None,
-    )
-    .exits(
-        PAYMENT,
-        change={
-            PICK_SEAT: pgettext_lazy("exit", "Change seat"),
-            PICK_FLIGHT: pgettext_lazy("exit", "Change flight"),
-        },
-        decline=Exit(
-            pgettext_lazy("exit", "Don't pay"),
-            pgettext_lazy("exit", "Ends this booking here; nothing is charged."),
-        ),
-        cancel=None,
-    )
+    .exits(PICK_SEAT, change={PICK_FLIGHT: _CHANGE_FLIGHT})
+    .exits(REVIEW, change=_CHANGE_BOTH, decline=Exit(_DONT_BOOK, _NOTHING_CHARGED), cancel=None)
+    .exits(PAYMENT, change=_CHANGE_BOTH, decline=Exit(_DONT_PAY, _NOTHING_CHARGED), cancel=None)
     .execute(run_book_flight)
 )
