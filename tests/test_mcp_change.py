@@ -7,6 +7,7 @@ answers with
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import mcp_types as types
@@ -86,3 +87,49 @@ async def test_an_mcp_client_changes_the_seat_at_the_review(mode: str) -> None:
     assert review["cancel"] is None
     assert traveller.exits[0]["change"] == []  # nothing answered before the first question
     assert traveller.exits[5]["change"] == []  # nothing before the ticket may change
+
+
+async def test_a_client_that_cannot_elicit_changes_the_seat_through_respond() -> None:
+    """A client without elicitation gets each question as a request notice (with its exits)
+    and answers through _respond; a payload with _meta["io.chatbridge/change"] goes back."""
+    notices: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        if isinstance(params.data, dict) and params.data.get("type") == "request":
+            notices.put_nowait(params.data)
+
+    async def respond(notice: dict[str, Any], payload: dict[str, Any]) -> None:
+        args = {"request_id": notice["request_id"], "payload": payload}
+        answered = await client.call_tool("_respond", args)
+        assert answered.structured_content is not None, answered
+        assert answered.structured_content["ok"] is True, answered
+
+    before = len(issued)
+    async with Client(
+        bridge_of(trip_tool).server, mode="legacy", logging_callback=on_log
+    ) as client:
+        call = asyncio.create_task(client.call_tool("trip", {}))
+        seen: list[str] = []
+        while True:
+            notice = await asyncio.wait_for(notices.get(), 10)
+            seen.append(notice["request_type"])
+            key = notice["request_type"]
+            if key == "flight":
+                await respond(notice, {"code": "MR-276"})
+            elif key == "seat":
+                await respond(notice, {"label": "7A" if "review" in seen else "4C"})
+            elif key == "review" and seen.count("review") == 1:
+                assert [c["key"] for c in notice["exits"]["change"]] == ["flight", "seat"]
+                change = {"action": "cancel", "_meta": {CHANGE_META: "seat"}}
+                await respond(notice, change)
+            elif key == "review":
+                assert "seat 7A" in notice["message"]
+                await respond(notice, {"action": "accept", "content": {"confirm": True}})
+            else:
+                await respond(notice, {"stars": 4})
+                break
+        result = await call
+    assert seen == ["flight", "seat", "review", "seat", "review", "rate"]
+    assert result.structured_content is not None
+    assert issued[before:] == [result.structured_content["ticket"]]
+    assert result.structured_content["ticket"].endswith("-MR-276-7A")

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
 from chatbridge.author.model_context import encode_message, with_context
 from chatbridge.calls.sessions import PluginSession
-from chatbridge.mcp.exits_wire import ChangeTo, change_of
+from chatbridge.mcp.exits_wire import ChangeTo, change_of, exits_meta
 from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out
 
 __all__ = ["RESPOND_SCHEMA", "RESPOND_TOOL", "NotifyCarrier", "PendingRequests", "respond_tool"]
@@ -149,6 +149,7 @@ class NotifyCarrier:
                         else {"schema": with_context(self.flat[request.key], request.context)}
                     ),
                     "context": request.context,
+                    "exits": exits_meta(request),  # what it offers besides an answer
                     "timeout_ms": int(self.timeout * 1000),
                     "respond_with": "_respond",
                 },
