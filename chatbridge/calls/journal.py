@@ -153,14 +153,17 @@ class Journal:
         self._asking: int | None = None  # the seq of the question asked and not answered yet
         seqs: set[int] = set()
         kept: list[JournalEntry | Mapping[str, Any]] = []
+        questions: list[int] = []
         for raw in entries:
             if isinstance(raw, Mapping) and raw.get("abandoned"):
-                seqs.add(_abandoned_seq(raw))
+                seq = _abandoned_seq(raw)
+                seqs.add(seq)
                 if raw.get("kind") == "elicit":
-                    self._abandoned += (_abandoned_seq(raw),)
+                    questions.append(seq)
             else:
                 kept.append(raw)
-        self._abandoned = tuple(sorted(self._abandoned))
+        if questions:
+            self._abandoned = tuple(sorted(questions))
         parsed = [e if isinstance(e, JournalEntry) else JournalEntry.from_dict(e) for e in kept]
         legacy = sorted((e for e in parsed if e.pos is None), key=lambda e: e.seq)
         for entry in legacy:
