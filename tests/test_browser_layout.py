@@ -268,6 +268,52 @@ async def test_jump_to_latest_never_covers_the_open_question(
     await context.close()
 
 
+@DEVICES
+async def test_jump_to_latest_coming_and_going_moves_nothing(
+    browser: Browser, server: str, device: str
+) -> None:
+    """The pill shows and hides inside the composer's own box: the composer keeps its height,
+    so a control a person is about to press does not move under the pointer as the page
+    reaches its foot (the pill then hides) and the page cannot get shorter under it."""
+    context, page = await chat_at_flights(browser, server, device)
+    pill = page.get_by_role("button", name="Jump to latest")
+    composer = page.locator("form.composer")
+    decline = page.locator(".elicit-card").get_by_role("button", name="Decline")
+    quiet = await box(composer)
+    page_height = await page.evaluate("document.documentElement.scrollHeight")
+
+    await page.mouse.wheel(0, -300)  # a person scrolling up: the page stops following
+    await page.wait_for_function(
+        "() => window.scrollY < document.documentElement.scrollHeight - window.innerHeight - 200"
+    )
+    other = await context.new_page()  # something new arrives below: a message from another tab
+    await other.goto(page.url)
+    box_other = other.get_by_role("textbox", name="Message")
+    await box_other.fill("And a hotel in LA, please")
+    await box_other.press("Enter")
+    await other.get_by_role("button", name="Send anyway").click()
+    await expect(page.locator("#queued article.msg.queued")).to_have_count(1, timeout=15000)
+    await expect(pill).to_be_visible()
+    shown = await box(composer)
+    assert shown["bottom"] - shown["top"] == pytest.approx(quiet["bottom"] - quiet["top"])
+    grown = await page.evaluate("document.documentElement.scrollHeight")
+    queued = await box(page.locator("#queued article.msg.queued"))
+
+    # The person scrolls down to the foot of the page: the pill hides; nothing moves.
+    at_foot = await decline.evaluate(
+        "e => { window.scrollTo(0, document.documentElement.scrollHeight);"
+        " const r = e.getBoundingClientRect();"
+        " return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; }"
+    )
+    await expect(pill).to_be_hidden()
+    assert await box(decline) == at_foot, "Decline moved as the pill hid"
+    assert await page.evaluate("document.documentElement.scrollHeight") == grown
+    hidden = await box(composer)
+    assert hidden["bottom"] - hidden["top"] == pytest.approx(quiet["bottom"] - quiet["top"])
+    assert grown == pytest.approx(page_height + queued["bottom"] - queued["top"], abs=40)
+    await context.close()
+
+
 # ---- 3. Focus above the composer --------------------------------------------------------------
 
 

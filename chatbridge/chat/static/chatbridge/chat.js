@@ -142,10 +142,9 @@
     requestAnimationFrame(function () { autoScrolling = false; });
   }
 
-  function showJump(show) {
-    jump.hidden = !show;
-    composer.classList.toggle("jumping", show); // the pill's band (chat.css)
-  }
+  // The pill keeps its room in the composer's head when hidden (live.css): showing or hiding
+  // it never changes the composer's height, so nothing on the page moves under a pointer.
+  function showJump(show) { jump.hidden = !show; }
 
   window.addEventListener("scroll", function () {
     if (autoScrolling) return;
