@@ -218,8 +218,8 @@ async def test_a_decision_sent_while_its_call_is_resumed_waits_and_a_copy_is_qui
     hub: Any,
 ) -> None:
     chat, _, events = hub
-    conv = chat._conversation("c")
-    shown = conv.resuming["a1"] = asyncio.Event()  # the call is being resumed by replay
+    with chat._held("c") as conv:  # the call is being resumed by replay
+        shown = conv.resuming["a1"] = asyncio.Event()
     # The approval given offline arrives before the replay shows the prompt again: it waits.
     deciding = asyncio.create_task(chat.decide("c", "a1", True))
     await asyncio.sleep(0)

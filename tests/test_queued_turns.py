@@ -119,6 +119,56 @@ async def test_a_message_sent_during_a_question_is_queued_and_starts_the_next_tu
     assert await queue.queued("conv") == []
 
 
+class SlowQueue(LocalQueue):
+    """A queue whose writes take until ``written`` is set (a database write in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+        self.written = asyncio.Event()
+
+    async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
+        self.writing.set()
+        await self.written.wait()
+        await super().enqueue(conversation_id, message)
+
+
+async def test_a_message_queued_as_the_turn_ends_runs_in_the_conversation_shown() -> None:
+    """The turn ends while the queued message is being written (it finds nothing queued yet):
+    the message's own command starts its turn, and that turn is the conversation's live one:
+    the page's state shows its question, and the answer to it reaches it."""
+    events: list[ChatEvent] = []
+    store, queue = MemoryStore(), SlowQueue()
+    chat, manager = await make_hub(events, store, queue)
+    try:
+        await chat.user_message("conv", BOOK)
+        form = await first_event(events, "elicit")
+        sending = asyncio.create_task(chat.user_message("conv", BOOK, queue=True))
+        await queue.writing.wait()  # refused as busy; being queued ...
+        await chat.elicit_response("conv", cancel(form))  # ... as the first turn ends
+        await chat.wait_idle("conv")
+        queue.written.set()
+        await sending
+        await until(lambda: len([e for e in events if e.type == "elicit"]) == 2)
+        second = [e for e in events if e.type == "elicit"][1]
+        state = chat.state("conv")
+        assert (state.running, state.phase, state.pending) == (
+            True,
+            "plugin_awaiting_elicit",
+            [second.call_id],
+        )
+        await chat.elicit_response("conv", cancel(second))
+        await chat.wait_idle("conv")
+        results = [m for m in store.messages_by_conv["conv"] if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in results] == [form.call_id, second.call_id]
+        replies = [m for m in store.messages_by_conv["conv"] if m["role"] == "assistant"]
+        assert "I can use these tools" not in str(replies[-1]["content"])
+        assert [e.code for e in events if e.type == "error"] == []
+    finally:
+        await chat.close()
+        await manager.shutdown()
+
+
 async def test_a_queued_message_left_by_a_restart_starts_when_a_socket_connects() -> None:
     events: list[ChatEvent] = []
     store, queue = MemoryStore(), LocalQueue()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from chatbridge.calls.commitment import abort_decision_text
@@ -61,7 +62,7 @@ class HubControls:
 
     if TYPE_CHECKING:  # the hub's own, used here
 
-        def _conversation(self, conversation_id: str) -> LiveConversation: ...
+        def _held(self, conversation_id: str) -> AbstractContextManager[LiveConversation]: ...
 
         def forget_if_idle(self, conv: LiveConversation) -> None: ...
 
@@ -85,14 +86,10 @@ class HubControls:
         await self._forked(conversation_id, None, (message_id, False))
 
     async def _forked(self, conversation_id: str, text: str | None, fork: Fork) -> None:
-        conv = self._conversation(conversation_id)
-        while conv.starting is not None and not conv.running:
-            await conv.starting.wait()
-            conv = self._conversation(conversation_id)
-        try:
+        with self._held(conversation_id) as conv:
+            while conv.starting is not None and not conv.running:
+                await conv.starting.wait()
             await self._begin(conv, lost=[], text=text, new=True, fork=fork)
-        finally:
-            self.forget_if_idle(conv)
 
     async def stop(self, conversation_id: str, *, routed: bool = False) -> None:
         """Stop the reply the model is writing in the conversation (the ``stop`` command), on

@@ -287,6 +287,8 @@ class LiveConversation:
     # Set while a turn is being started (lease, claims): an answer arriving meanwhile waits
     # for it instead of being refused, since the turn may be the one resuming its call.
     starting: asyncio.Event | None = None
+    # Commands working with this state across awaits (``ChatHub._held``): kept until they end.
+    holders: int = 0
 
     def resumed(self, call_id: str) -> None:
         """The call's replay showed its question, or ended: answers need not wait for it."""

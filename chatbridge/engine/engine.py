@@ -11,10 +11,11 @@ through the sink. Resuming suspended calls and routing to other workers is ``Rec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chatbridge.author.plugins import FormPost, PluginRegistry
@@ -145,11 +146,9 @@ class ChatHub(HubControls):
         A turn being started or resumed (a reconnecting socket checking for calls to resume)
         is waited for first: a message is refused only if a turn then runs.
         """
-        conv = self._conversation(conversation_id)
-        while conv.starting is not None and not conv.running:
-            await conv.starting.wait()
-            conv = self._conversation(conversation_id)  # it may have been forgotten meanwhile
-        try:
+        with self._held(conversation_id) as conv:
+            while conv.starting is not None and not conv.running:
+                await conv.starting.wait()
             try:
                 await self._begin(conv, lost=[], text=text, client_id=client_id, new=True)
             except CommandRefused as refused:
@@ -163,8 +162,6 @@ class ChatHub(HubControls):
                 )
                 if not conv.busy:  # the turn ended meanwhile: nobody else will start it
                     await self.next_queued(conv)
-        finally:
-            self.forget_if_idle(conv)
 
     async def next_queued(self, conv: LiveConversation) -> bool:
         """Start a turn with the conversation's oldest queued message, if there is one and no
@@ -197,19 +194,16 @@ class ChatHub(HubControls):
                 f"This answer names session {cmd.session_id!r} and call {cmd.call_id!r}: a tool "
                 "session's id is its call id, so send the call_id of the form as both.",
             )
-        conv = self._conversation(conversation_id)
-        try:
-            pending = conv.pending.get(cmd.call_id)
-            if pending is None:
-                await self.recovery.unmatched_response(conv, cmd)
-                return
-            await self._deliver(conv, cmd)
-        except CommandRefused as refused:
-            if refused.code not in ("NOT_WAITING", "STALE_ELICIT", "CLOSED", "NOT_FOUND"):
-                raise
-            self._late_answer(conv.id, cmd, refused)
-        finally:
-            self.forget_if_idle(conv)
+        with self._held(conversation_id) as conv:
+            try:
+                if conv.pending.get(cmd.call_id) is None:
+                    await self.recovery.unmatched_response(conv, cmd)
+                    return
+                await self._deliver(conv, cmd)
+            except CommandRefused as refused:
+                if refused.code not in ("NOT_WAITING", "STALE_ELICIT", "CLOSED", "NOT_FOUND"):
+                    raise
+                self._late_answer(conv.id, cmd, refused)
 
     async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
@@ -280,16 +274,28 @@ class ChatHub(HubControls):
 
     # -- the turn ---------------------------------------------------------------------------
 
-    def _conversation(self, conversation_id: str) -> LiveConversation:
+    @contextlib.contextmanager
+    def _held(self, conversation_id: str) -> Iterator[LiveConversation]:
+        """The conversation's live state, kept for a command that works with it across
+        awaits: a turn ending meanwhile does not forget the state in which this command may
+        still start the next turn (a second one would not show that turn, nor take its
+        answers)."""
         conv = self._conversations.get(conversation_id)
         if conv is None:
             conv = self._conversations[conversation_id] = LiveConversation(conversation_id)
-        return conv
+        conv.holders += 1
+        try:
+            yield conv
+        finally:
+            conv.holders -= 1
+            self.forget_if_idle(conv)
 
     def forget_if_idle(self, conv: LiveConversation) -> None:
-        """Drop the conversation's state once nothing runs or waits in it."""
+        """Drop the conversation's state once nothing runs, waits or holds it."""
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
         if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
+            return
+        if conv.holders:
             return
         if self._conversations.get(conv.id) is conv:
             del self._conversations[conv.id]
@@ -358,15 +364,12 @@ class ChatHub(HubControls):
         it says is not there)."""
         if self._closed:
             return False  # shutting down: the next process resumes them
-        conv = self._conversation(conversation_id)
-        try:
+        with self._held(conversation_id) as conv:
             resumed = await self.recovery.recover(conv, seen)
             # Messages queued before a restart (or on another worker).
             if not resumed and (seen is None or seen.queued):
                 await self.next_queued(conv)
             return resumed
-        finally:
-            self.forget_if_idle(conv)
 
     async def show(self, conversation_id: str) -> None:
         """Send the conversation's state and open forms again, to every socket (a socket on
@@ -388,8 +391,5 @@ class ChatHub(HubControls):
 
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
-        conv = self._conversation(conversation_id)
-        try:
+        with self._held(conversation_id) as conv:
             return await self.runner.run(conv, call)
-        finally:
-            self.forget_if_idle(conv)
