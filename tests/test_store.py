@@ -15,16 +15,12 @@ from chatbridge.chat.models import (
     Message,
     QueueEntry,
     ToolSession,
-    WorkerHeartbeat,
 )
 from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.records.store import (
     DjangoStore,
-    beat,
-    forget_worker,
     owner_key,
-    worker_alive,
 )
 from chatbridge.records.writer import flush
 
@@ -158,25 +154,6 @@ async def test_a_call_of_a_gone_worker_is_claimed_once() -> None:
     assert not await store.claim("c1", OTHER)  # another worker was quicker: it is not ours
     row = await ToolSession.objects.aget(pk="c1")
     assert (row.worker, row.resumes) == (WORKER_ID, 1)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_is_alive_while_it_beats_and_its_process_exists() -> None:
-    beat()
-    assert worker_alive(WORKER_ID)
-    forget_worker()
-    assert not worker_alive(WORKER_ID)  # a clean stop: its calls may be taken over at once
-    WorkerHeartbeat.objects.create(worker=OTHER, beat_at=timezone.now())
-    assert worker_alive(OTHER)
-    WorkerHeartbeat.objects.filter(worker=OTHER).update(
-        beat_at=timezone.now() - timedelta(seconds=60)
-    )
-    assert not worker_alive(OTHER)  # silent too long
-    host = WORKER_ID.rpartition(":")[0]
-    dead = f"{host}:{2**22 + 7}"  # this host, a process id no process has
-    WorkerHeartbeat.objects.create(worker=dead, beat_at=timezone.now())
-    assert not worker_alive(dead)
-    assert not worker_alive("")
 
 
 def test_the_owner_is_the_user_or_the_browser_session() -> None:

@@ -1,0 +1,38 @@
+"""Which workers are alive: a heartbeat row per worker, and on this host the process itself.
+
+No runtime is started here: a started one beats for this process (in a thread, through
+``sync_to_async``; one can still be on its way when a synchronous test begins), and a beat
+landing between ``forget_worker`` and the check brought this worker back to life (1 run in
+40 failed so under two pytest workers, before this module had no runtime)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from chatbridge.chat.models import WorkerHeartbeat
+from chatbridge.records.recorder import WORKER_ID
+from chatbridge.records.worker_liveness import beat, forget_worker, worker_alive
+
+OTHER = "elsewhere:4242"  # a worker on another host: its liveness is its heartbeat alone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_is_alive_while_it_beats_and_its_process_exists() -> None:
+    beat()
+    assert worker_alive(WORKER_ID)
+    forget_worker()
+    assert not worker_alive(WORKER_ID)  # a clean stop: its calls may be taken over at once
+    WorkerHeartbeat.objects.create(worker=OTHER, beat_at=timezone.now())
+    assert worker_alive(OTHER)
+    WorkerHeartbeat.objects.filter(worker=OTHER).update(
+        beat_at=timezone.now() - timedelta(seconds=60)
+    )
+    assert not worker_alive(OTHER)  # silent too long
+    host = WORKER_ID.rpartition(":")[0]
+    dead = f"{host}:{2**22 + 7}"  # this host, a process id no process has
+    WorkerHeartbeat.objects.create(worker=dead, beat_at=timezone.now())
+    assert not worker_alive(dead)
+    assert not worker_alive("")
