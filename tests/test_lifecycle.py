@@ -197,6 +197,7 @@ async def sigterm_and_restart(kind: str, state: str, tmp_path: Path) -> None:
                 await chat.socket.close()
 
 
+@pytest.mark.timeout(240)  # two servers in turn, as below
 async def test_daphne_exits_promptly_on_sigterm_with_a_question_open_and_the_call_finishes(
     tmp_path: Path,
 ) -> None:
@@ -204,6 +205,9 @@ async def test_daphne_exits_promptly_on_sigterm_with_a_question_open_and_the_cal
 
 
 @pytest.mark.slow
+# Two servers started and stopped in turn: 23 s on a quiet machine, over the default 60 s
+# under the full suite's load; the timeout guards against a hang, not for speed.
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("kind", "state"),
     [  # daphne with a chat question open is the fast test above; a guest UI is parked like
