@@ -5,6 +5,7 @@ page says the server does not serve the chat's connection instead of "Offline"."
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,4 +65,15 @@ async def test_runserver_without_daphne_says_the_chat_cannot_connect_and_why(
     await expect(state).to_have_text(UNSERVED)
     await expect(state).to_have_attribute("data-state", "unserved")
     assert any('put "daphne" first in INSTALLED_APPS' in e for e in errors), errors
+    # The page goes on trying (the server may be fixed); each try that fails leaves the words
+    # as they are, never "Connecting…" then "Offline".
+    for _ in range(2):
+        async with page.expect_event("websocket", timeout=30000) as attempt:
+            pass
+        socket, ended = await attempt.value, asyncio.get_running_loop().create_future()
+        for event in ("close", "socketerror"):  # refused: an error, then closed
+            socket.on(event, lambda _=None, f=ended: f.done() or f.set_result(None))
+        await asyncio.wait_for(ended, 30)
+        await expect(state).to_have_text(UNSERVED)
+        await expect(state).to_have_attribute("data-state", "unserved")
     await page.close()

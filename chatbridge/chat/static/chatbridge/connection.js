@@ -102,8 +102,10 @@
     return note;
   }
 
+  // Each try of a socket that never opened says "Connecting…", except on a server known not
+  // to serve sockets: its words stay until a socket opens (the extension goes on trying).
   document.addEventListener("htmx:wsConnecting", function () {
-    if (!opened) setState("connecting");
+    if (!opened && state !== "unserved") setState("connecting");
   });
 
   function fieldValue(form, name) {
