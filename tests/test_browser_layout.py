@@ -120,6 +120,18 @@ async def decline_at_composer(page: Page, fraction: float, px: float) -> None:
     )
 
 
+async def queue_from_another_tab(context: BrowserContext, page: Page) -> None:
+    """Something new arrives below on ``page``: a message sent from another tab of the same
+    chat while its question is open ("Send anyway"), shown queued."""
+    other = await context.new_page()
+    await other.goto(page.url)
+    box_other = other.get_by_role("textbox", name="Message")
+    await box_other.fill("And a hotel in LA, please")
+    await box_other.press("Enter")
+    await other.get_by_role("button", name="Send anyway").click()
+    await expect(page.locator("#queued article.msg.queued")).to_have_count(1, timeout=15000)
+
+
 def snap(name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / f"layout-{name}.png"
@@ -234,13 +246,7 @@ async def test_jump_to_latest_never_covers_the_open_question(
     await page.mouse.wheel(0, -300)  # a person scrolling up: the page stops following
     await foot_above_composer()
     # ... when something new arrives below (a message sent from another tab, queued).
-    other = await context.new_page()
-    await other.goto(page.url)
-    box_other = other.get_by_role("textbox", name="Message")
-    await box_other.fill("And a hotel in LA, please")
-    await box_other.press("Enter")
-    await other.get_by_role("button", name="Send anyway").click()
-    await expect(page.locator("#queued article.msg.queued")).to_have_count(1, timeout=15000)
+    await queue_from_another_tab(context, page)
     await expect(pill).to_be_visible()
     await foot_above_composer()
     await expect(pill).to_be_visible()
@@ -286,13 +292,7 @@ async def test_jump_to_latest_coming_and_going_moves_nothing(
     await page.wait_for_function(
         "() => window.scrollY < document.documentElement.scrollHeight - window.innerHeight - 200"
     )
-    other = await context.new_page()  # something new arrives below: a message from another tab
-    await other.goto(page.url)
-    box_other = other.get_by_role("textbox", name="Message")
-    await box_other.fill("And a hotel in LA, please")
-    await box_other.press("Enter")
-    await other.get_by_role("button", name="Send anyway").click()
-    await expect(page.locator("#queued article.msg.queued")).to_have_count(1, timeout=15000)
+    await queue_from_another_tab(context, page)  # something new arrives below
     await expect(pill).to_be_visible()
     shown = await box(composer)
     assert shown["bottom"] - shown["top"] == pytest.approx(quiet["bottom"] - quiet["top"])

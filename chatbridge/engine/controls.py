@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from chatbridge.calls.commitment import abort_decision_text
@@ -62,7 +61,9 @@ class HubControls:
 
     if TYPE_CHECKING:  # the hub's own, used here
 
-        def _held(self, conversation_id: str) -> AbstractContextManager[LiveConversation]: ...
+        def _held(
+            self, conversation_id: str
+        ) -> contextlib.AbstractContextManager[LiveConversation]: ...
 
         def forget_if_idle(self, conv: LiveConversation) -> None: ...
 

@@ -293,9 +293,8 @@ class ChatHub(HubControls):
     def forget_if_idle(self, conv: LiveConversation) -> None:
         """Drop the conversation's state once nothing runs, waits or holds it."""
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
-        if conv.busy or conv.pending or conv.approvals or conv.resuming or conv.calls:
-            return
-        if conv.holders:
+        held = conv.busy or conv.holders or conv.pending or conv.approvals or conv.resuming
+        if held or conv.calls:
             return
         if self._conversations.get(conv.id) is conv:
             del self._conversations[conv.id]
