@@ -19,11 +19,19 @@ BOOK = "Book a flight from JFK to LAX"
 TICKET = re.compile(r"CB-[A-Z]{2}\d{3}-\d{1,2}[A-F]-[0-9A-F]{10}")
 
 
+async def new_chat(page: Page) -> None:
+    """Press "New chat" and wait for the chat it opens. Its address is often the one shown (an
+    empty chat is reused), so the old page's composer would pass for the new one: what is typed
+    next would go to a page being left (it comes back as the new page's draft, never sent)."""
+    async with page.expect_navigation():
+        await page.get_by_role("button", name="New chat").click()
+    await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+
+
 async def open_chat(browser: Browser, server: str, **options: object) -> Page:
     page = await browser.new_page(**options)  # type: ignore[arg-type]
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
-    await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+    await new_chat(page)
     return page
 
 

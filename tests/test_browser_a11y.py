@@ -22,6 +22,7 @@ from tests.test_browser import (
     expect_confirmation,
     fill_payment,
     first_free,
+    new_chat,
     send,
 )
 
@@ -32,8 +33,7 @@ async def open_chat(browser: Browser, server: str, scheme: str) -> Page:
     context = await axe_context(browser, scheme, viewport={"width": 1100, "height": 900})
     page = await context.new_page()
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
-    await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+    await new_chat(page)
     return page
 
 

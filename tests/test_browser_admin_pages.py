@@ -11,7 +11,7 @@ from playwright.async_api import Browser, Page, Response, expect
 
 from tests.axe import axe_context
 from tests.servers import superuser
-from tests.test_browser import send
+from tests.test_browser import new_chat, send
 
 SERIOUS = ("serious", "critical")
 
@@ -61,7 +61,7 @@ async def operator_visit(
 
     chat = await context.new_page()
     await chat.goto(server + "/")
-    await chat.get_by_role("button", name="New chat").click()
+    await new_chat(chat)
     await send(chat, "Choose a colour")  # a live session, waiting for its question
     await expect(
         chat.frame_locator("iframe.guest-frame").get_by_label("Custom colour (hex)")

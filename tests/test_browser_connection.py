@@ -30,6 +30,7 @@ from tests.test_browser import (
     ask_for_flights,
     expect_confirmation,
     first_free,
+    new_chat,
     open_chat,
     pick_first_flight,
     review_and_pay,
@@ -187,7 +188,7 @@ async def test_an_answer_lost_with_its_socket_is_sent_again_and_applied_once(
     flaky = FlakySocket()
     await page.route_web_socket(re.compile(r"/ws/chat/"), flaky)
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     state = page.locator("#connection-state")
     await expect(state).to_have_text(CONNECTED)
     await ask_for_flights(page)

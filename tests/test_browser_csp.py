@@ -13,6 +13,7 @@ from tests.test_browser import (
     ask_for_flights,
     expect_confirmation,
     first_free,
+    new_chat,
     pick_first_flight,
     review_and_pay,
     send,
@@ -51,8 +52,7 @@ async def open_chat(context: BrowserContext, server: str) -> Page:
     response = await page.goto(server + "/")
     assert response is not None
     assert "script-src 'self'" in (await response.all_headers())["content-security-policy"]
-    await page.get_by_role("button", name="New chat").click()
-    await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+    await new_chat(page)
     return page
 
 

@@ -21,7 +21,7 @@ from playwright.async_api import Browser, BrowserContext, Locator, Page, expect
 
 from plugins.book_flight.data import search_flights
 from tests.axe import axe_context, check
-from tests.test_browser import ARTIFACTS, ask_for_flights
+from tests.test_browser import ARTIFACTS, ask_for_flights, new_chat
 
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
@@ -101,7 +101,7 @@ async def chat_at_flights(
     context = await new_context(browser, device)
     page = await context.new_page()
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     await ask_for_flights(page)
     return context, page
 

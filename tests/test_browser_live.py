@@ -13,7 +13,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.servers import daphne_site
-from tests.test_browser import ARTIFACTS, BOOK, ask_for_flights, open_chat
+from tests.test_browser import ARTIFACTS, BOOK, ask_for_flights, new_chat, open_chat
 
 AT_BOTTOM = "() => window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 2"
 HELP_START = "I'm the offline assistant."
@@ -64,7 +64,7 @@ async def test_the_transcript_follows_and_a_reload_opens_at_the_latest(
     context = await browser.new_context(viewport={"width": 1000, "height": 600})
     page = await context.new_page()  # a second tab of the same browser comes later
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     box = composer(page)
     await expect(page).to_have_title("New chat · ChatBridge")
     for n in range(1, 5):  # the offline model's help is a few lines: the chat grows long

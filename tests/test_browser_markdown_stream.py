@@ -15,7 +15,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.servers import daphne_site
-from tests.test_browser import ARTIFACTS, send
+from tests.test_browser import ARTIFACTS, new_chat, send
 
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 
@@ -73,7 +73,7 @@ async def test_a_reply_is_formatted_as_it_streams_and_does_not_move_when_it_ends
 ) -> None:
     page = await browser.new_page(viewport=VIEWPORTS[device])  # type: ignore[arg-type]
     await page.goto(markdown_server + "/")
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     await page.evaluate(WATCH)
     await send(page, "hello")
 

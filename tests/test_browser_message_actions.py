@@ -8,7 +8,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.axe import axe_context, check
-from tests.test_browser import ARTIFACTS, open_chat, send
+from tests.test_browser import ARTIFACTS, new_chat, open_chat, send
 
 
 async def exchange(page: Page, text: str, count: int) -> None:
@@ -94,7 +94,7 @@ async def test_message_actions_and_an_earlier_version_pass_axe(
     context = await axe_context(browser, scheme, viewport={"width": 1100, "height": 900})
     page = await context.new_page()
     await page.goto(server + "/")
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     await exchange(page, "Hello there", 1)
     mine = page.locator("#transcript > article.msg.user").first
     await mine.get_by_role("button", name="Edit").click()

@@ -12,7 +12,7 @@ import uuid
 from playwright.async_api import Browser, Locator, Page, expect
 
 from plugins.book_flight.data import search_flights
-from tests.test_browser import ARTIFACTS, BOOK, open_chat
+from tests.test_browser import ARTIFACTS, BOOK, new_chat, open_chat
 
 
 async def _item(page: Page, title: str) -> Locator:
@@ -58,10 +58,10 @@ async def test_empty_state_markdown_and_managing_chats(browser: Browser, server:
     hello_url = page.url
 
     # New chat: a fresh chat; pressed again, the same one (no pile of empty chats).
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     await expect(page).not_to_have_url(hello_url)
     fresh_url = page.url
-    await page.get_by_role("button", name="New chat").click()
+    await new_chat(page)
     await expect(page.get_by_role("region", name="What can I help you with?")).to_be_visible()
     assert page.url == fresh_url
     nav = page.get_by_role("navigation", name="Conversations")
