@@ -275,3 +275,25 @@ async def test_stop_reaches_the_worker_running_the_turn() -> None:
     finally:
         await hub.close()
         await manager.shutdown()
+
+
+async def test_an_answer_for_a_call_live_here_never_starts_a_second_run_of_it(hub: Any) -> None:
+    """Defence in depth: should an answer ever reach a conversation state that does not hold
+    its call (the defect above), the call still running in this process is not taken for an
+    orphan: no turn starts to resume it, the answer is refused as not open, and the question
+    still waits for its real answer."""
+    chat, store, events, _ = hub
+    await chat.user_message("conv", BOOK)
+    form = await first_event(events, "elicit")
+    live = chat._conversations.pop("conv")  # the state that holds the call, out of reach
+    with pytest.raises(CommandRefused) as refused:
+        await chat.elicit_response("conv", cancel(form))
+    assert refused.value.code == "NOT_WAITING"
+    await chat.wait_idle("conv")  # nothing was started in the stray state
+    chat._conversations["conv"] = live
+    await chat.elicit_response("conv", cancel(form))
+    await chat.wait_idle("conv")
+    messages = store.messages_by_conv["conv"]
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == [form.call_id]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert [e.code for e in events if e.type == "error"] == []

@@ -128,7 +128,8 @@ class Recovery:
         if cmd.call_id in conv.resuming:
             await self.deliver_when_shown(conv, cmd)  # being replayed: its form comes back
             return
-        if self.manager.get(cmd.call_id) is not None and cmd.call_id in conv.calls:
+        live_here = self.manager.get(cmd.call_id) is not None
+        if live_here and cmd.call_id in conv.calls:
             # Live here with no question open (answered, the tool works on): nothing to wait for.
             raise CommandRefused("NOT_WAITING", NOT_OPEN)
         messages = await self.store.messages(conv.id)
@@ -136,6 +137,8 @@ class Recovery:
             if cmd.call_id in _tool_calls(messages):  # it has ended (a copy is taken quietly)
                 raise CommandRefused("CLOSED", CLOSED)
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
+        if live_here:  # this conversation's call runs in this process: never an orphan
+            raise CommandRefused("NOT_WAITING", NOT_OPEN)
         if await self.route(conv, cmd):
             return
         # Its journal survived: resume, then answer. Resuming may take other calls of the
