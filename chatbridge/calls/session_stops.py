@@ -59,6 +59,14 @@ class SessionStops:
         """A request to stop made after the call committed: (reason, by)."""
         return self._guard.abort if self._guard.committed else None
 
+    @property
+    def stopping(self) -> bool:
+        """Stopped by ``abort`` before it committed, and not ended yet: its end is decided
+        (aborted), the tool is unwinding."""
+        return (
+            self._state.aborted is not None and self._terminal is None and not self._guard.committed
+        )
+
     def abort_decision(self) -> AbortDecision:
         """What ``abort()`` would do now (nothing changes)."""
         if self._terminal is not None:

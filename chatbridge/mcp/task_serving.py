@@ -321,6 +321,8 @@ class TaskServing:
         return answer_key(session)
 
     async def _task(self, session: PluginSession, *, details: bool = True) -> dict[str, Any]:
+        if session.stopping:  # its end is decided: shown once reached, not "working" before
+            await self._settled(session)
         created = self._created.get(session.id, session.created_at)
         return await live_task(session, created, self.ttl, self.poll_ms, self.shape, details)
 
