@@ -23,7 +23,7 @@ async def new_chat(page: Page) -> None:
     """Press "New chat" and wait for the chat it opens. Its address is often the one shown (an
     empty chat is reused), so the old page's composer would pass for the new one: what is typed
     next would go to a page being left (it comes back as the new page's draft, never sent)."""
-    async with page.expect_navigation():
+    async with page.expect_event("load"):  # the new page, its deferred scripts run
         await page.get_by_role("button", name="New chat").click()
     await expect(page.get_by_role("textbox", name="Message")).to_be_visible()
 

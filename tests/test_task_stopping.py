@@ -5,11 +5,12 @@ process (the transport's own tests drive it over HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from chatbridge import SessionManager, create_mcp_tool
 from chatbridge.mcp.flat import flat_schemas
-from chatbridge.mcp.rounds import Rounds
+from chatbridge.mcp.round_state import input_required
 from chatbridge.mcp.task_serving import CANCELLED_BY, TRANSPORT, TaskServing
 from tests.support import PickHotel
 
@@ -31,7 +32,7 @@ async def test_a_task_whose_tool_is_unwinding_from_a_cancel_is_shown_cancelled(
     serving = TaskServing(
         manager,
         {tool.name: tool},
-        Rounds(manager, {tool.name: flat_schemas(tool)}, 900.0)._input_required,
+        functools.partial(input_required, {tool.name: flat_schemas(tool)}),  # as Rounds shapes
         900.0,
         cluster=None,
         settle=30.0,
