@@ -130,3 +130,29 @@ async def test_a_reply_is_formatted_as_it_streams_and_does_not_move_when_it_ends
     await expect(page.get_by_role("button", name="Jump to latest")).to_be_visible()
     assert await page.evaluate("window.scrollY") == 0
     await page.close()
+
+
+async def test_a_short_scroll_up_while_a_reply_is_written_is_kept(
+    browser: Browser, markdown_server: str
+) -> None:
+    """A person who scrolls up only a little (less than the 40 px that still count as "at the
+    latest") while a reply is written is not pulled back down by the next piece of it."""
+    page = await browser.new_page(viewport={"width": 1280, "height": 500})
+    await page.goto(markdown_server + "/")
+    await new_chat(page)
+    await send(page, "hello")
+    await page.wait_for_function(
+        """() => document.querySelector("#transcript .bubble.streaming li") &&
+                 document.documentElement.scrollHeight > window.innerHeight + 100"""
+    )
+    await page.mouse.move(640, 200)
+    await page.mouse.wheel(0, -20)
+    reply = page.locator("#transcript article.msg.assistant")
+    await expect(reply).to_contain_text("Ask in your own words", timeout=30000)
+    await expect(reply.locator(".bubble.streaming")).to_have_count(0)
+    left = await page.evaluate(
+        "document.documentElement.scrollHeight - window.innerHeight - window.scrollY"
+    )
+    assert left > 10, left  # still where the person put it, not at the foot
+    await expect(page.get_by_role("button", name="Jump to latest")).to_be_visible()
+    await page.close()

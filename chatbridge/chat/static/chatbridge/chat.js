@@ -146,9 +146,15 @@
   // it never changes the composer's height, so nothing on the page moves under a pointer.
   function showJump(show) { jump.hidden = !show; }
 
+  // Following starts again only once the person is back at the latest. A move up that is not
+  // the page getting shorter (the browser then keeps it at its foot) is the person leaving it,
+  // however near the foot it still is: the next piece of a reply must not pull them back.
+  var lastY = window.scrollY;
   window.addEventListener("scroll", function () {
+    var y = window.scrollY, up = y < lastY && y < bottom() - 1;
+    lastY = y;
     if (autoScrolling) return;
-    following = atBottom();
+    following = atBottom() && !up;
     if (following) { showJump(false); anchor = null; }
   }, { passive: true });
   // A person scrolling up stops the following at once (before any scroll event settles).
