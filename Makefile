@@ -32,16 +32,18 @@ static: setup
 	$(BIN)/python manage.py collectstatic --noinput -v0
 
 # The production settings on loopback with daphne; /mcp is open without a token only when
-# HOST is a loopback address. DJANGO_DEBUG=1 make run gives debug pages.
+# HOST is a loopback address. DJANGO_DEBUG=1 make run gives debug pages. Frames over 64 KiB are
+# refused unread (ChatBridge has daphne close them with 1009 and a reason).
 MCP_PUBLIC := $(if $(filter 127.0.0.1 localhost ::1,$(HOST)),1,0)
 run: migrate static
 	CHATBRIDGE_MCP_PUBLIC=$${CHATBRIDGE_MCP_PUBLIC:-$(MCP_PUBLIC)} \
 	$(BIN)/daphne -b $(HOST) -p $(PORT) --websocket-max-message-size 65536 chatbridge.asgi:application
 
-# The production server (docs/production.md): uvicorn, frames over 64 KiB refused unread.
+# The production server (docs/production.md): uvicorn, frames over 64 KiB refused unread (close
+# 1009 with a reason); the client's address read only as CHATBRIDGE_TRUSTED_PROXIES says.
 serve: migrate static
 	$(BIN)/python -m uvicorn chatbridge.asgi:application --host $(HOST) --port $(PORT) \
-	  --lifespan on --ws websockets --ws-max-size 65536
+	  --lifespan on --ws websockets-sansio --ws-max-size 65536 --no-proxy-headers
 
 lint: setup
 	$(BIN)/ruff check .

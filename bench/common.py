@@ -196,6 +196,13 @@ class BenchSite:
             # back-to-back answers; lift it so latency, not the limiter, is measured.
             "CHATBRIDGE_WS_RATE": "1000000",
             "CHATBRIDGE_WS_BURST": "1000000",
+            # Every load client comes from 127.0.0.1: the caps per client address would count
+            # a whole benchmark's browsers as one household.
+            "CHATBRIDGE_SOCKETS_PER_ADDRESS": "none",
+            "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS": "none",
+            "CHATBRIDGE_QUEUE_PER_ADDRESS": "none",
+            "CHATBRIDGE_WS_RATE_PER_ADDRESS": "1000000",
+            "CHATBRIDGE_WS_BURST_PER_ADDRESS": "1000000",
         }
         self.env.pop("REDIS_URL", None)  # one worker: the in-memory channel layer
         for command in ("migrate", "collectstatic"):

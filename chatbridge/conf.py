@@ -20,13 +20,31 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_PLUGINS": [],
     # Seconds a tool may wait for an answer before its session is aborted (None: never).
     "CHATBRIDGE_SESSION_IDLE_TIMEOUT": 3600.0,
+    # Refused answers one question takes, on every transport (the chat's form, MCP clients,
+    # tasks): the last one closes the question and the call fails, saying the answer was
+    # refused that many times and why (None or 0: ask for as long as it takes). Five: enough
+    # for a person to read the errors and fix a typo or two, few enough that a client sending
+    # the same bad answer again and again is stopped within seconds.
+    "CHATBRIDGE_MAX_REFUSED_ANSWERS": 5,
     # URL questions: seconds a one-time link stays valid; the public origin links start with
     # ("" : the origin of the page or request that started the call).
     "CHATBRIDGE_URL_LINK_TTL": 900.0,
     "CHATBRIDGE_PUBLIC_URL": "",
-    # WebSocket commands a socket may send: a steady rate per second and a burst.
+    # WebSocket commands a visitor's sockets (a browser session's or a user's) may send
+    # together, in each worker: a steady rate per second and a burst; and those of all the
+    # sockets of one client address (fresh cookies share it). A household behind one address
+    # has several people; a normal person sends a command every few seconds.
     "CHATBRIDGE_WS_RATE": 10.0,
     "CHATBRIDGE_WS_BURST": 30.0,
+    "CHATBRIDGE_WS_RATE_PER_ADDRESS": 50.0,
+    "CHATBRIDGE_WS_BURST_PER_ADDRESS": 150.0,
+    # Chat sockets (pages open) a visitor may hold at once in each worker, and all the
+    # visitors of one client address (an IPv6 address's /64); None: no cap.
+    "CHATBRIDGE_SOCKETS_PER_VISITOR": 30,
+    "CHATBRIDGE_SOCKETS_PER_ADDRESS": 200,
+    # Addresses or networks ("10.0.0.0/8") of the proxies in front of the app: on their
+    # connections the client's address is read from X-Forwarded-For (never otherwise).
+    "CHATBRIDGE_TRUSTED_PROXIES": [],
     # Limits per visitor (a browser session or a user; None: no limit). "Send anyway"
     # messages waiting in one chat and in all of a visitor's chats; chats busy at once with a
     # turn (a reply being written, a tool waiting for an answer: each waiting call holds
@@ -34,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_QUEUE_PER_CONVERSATION": 20,
     "CHATBRIDGE_QUEUE_PER_VISITOR": 50,
     "CHATBRIDGE_RUNNING_TURNS_PER_VISITOR": 10,
+    # The same two per client address, across workers, whatever cookies its visitors bring.
+    "CHATBRIDGE_QUEUE_PER_ADDRESS": 200,
+    "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS": 50,
     "CHATBRIDGE_CONVERSATIONS_PER_HOUR": 100,
     # Ended tool calls (their journals, answers and log lines) are deleted after this many
     # days, by `manage.py chatbridge_sessions purge` and by each process once an hour
@@ -45,9 +66,15 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MCP_PUBLIC": None,
     "CHATBRIDGE_MCP_STATE_TTL": 900.0,
     "CHATBRIDGE_MCP_REQUEST_TIMEOUT": 120.0,
-    # Seconds between two looks for committed calls (a payment received) that no live worker
-    # holds: each is resumed and finished here, or compensated (None: never look).
+    # Seconds between two looks for calls no live worker holds that cannot wait for their
+    # person or client (a payment received, a step whose result is not on record, an MCP
+    # request gone with its worker): each is taken over here, a look that fails is tried at
+    # the next (None: never look). chatbridge.cluster.takeover says what becomes of each.
     "CHATBRIDGE_COMMITMENT_SWEEP": 5.0,
+    # Seconds between two reads of the answers on record (a URL question's page reports on
+    # any worker and wakes the holder through the channel layer): a lost wake-up delays the
+    # answer by at most this, it never loses it (chatbridge.cluster.record_watch).
+    "CHATBRIDGE_RECHECK_SECONDS": 5.0,
     # Seconds the runtime's database writes and reads wait for a database that went away (a
     # restart) before they fail; a journal write that fails then stops its call.
     "CHATBRIDGE_DB_RETRY_SECONDS": 30.0,

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
     "database_from_url",
+    "redis_host",
     "env_flag",
     "env_int",
     "env_list",
@@ -128,6 +129,26 @@ def database_from_url(url: str, *, pool_size: int = 10, pool_timeout: int = 10) 
     raise ImproperlyConfigured(
         f"DATABASE_URL scheme {parts.scheme!r} is not supported; use postgres:// or sqlite:///"
     )
+
+
+def redis_host(url: str, *, max_connections: int = 1000) -> dict[str, Any]:
+    """A channels_redis host entry (``CHANNEL_LAYERS[...]["CONFIG"]["hosts"]``) for ``url``.
+
+    No idle timeout (redis-py 8 drops idle connections after about 5 s otherwise), a pool that
+    takes bursts (redis-py caps it at 100 and errors instead of waiting), and a command that
+    meets a dead pooled connection retried on a fresh one: after Redis restarts, every
+    connection a worker pooled is dead, and without a retry (channels_redis's pools have none)
+    the first message each one carries fails.
+    """
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    return {
+        "address": url,
+        "socket_timeout": None,
+        "max_connections": max_connections,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+    }
 
 
 def sqlite_database(name: str | Path) -> dict[str, Any]:

@@ -75,11 +75,12 @@ class ChatBridgeRuntime:
         from chatbridge.author.sampling import LiteLLMSampler
         from chatbridge.calls.manager import SessionManager
         from chatbridge.chat.broadcast import publish
-        from chatbridge.chat.commitments import CommitmentSweeper
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
         from chatbridge.chat.worker_listener import WorkerListener
         from chatbridge.chat.workers import ChannelPeers
+        from chatbridge.cluster.record_watch import RecordWatch
+        from chatbridge.cluster.takeover import Takeover
         from chatbridge.engine.engine import ChatHub
         from chatbridge.mcp.endpoint import build_mcp_endpoint
         from chatbridge.mcp.parked import ParkedCalls
@@ -99,6 +100,7 @@ class ChatBridgeRuntime:
             observer=recorder,
             journal_store=recorder,  # durable and fenced: a failed write stops the call
             url_links=DjangoUrlLinks(),  # one-time links of URL questions (ctx.elicit_url)
+            max_refused=setting("CHATBRIDGE_MAX_REFUSED_ANSWERS"),  # the same on every transport
         )
         store = DjangoStore()
         self.hub = ChatHub(
@@ -115,16 +117,22 @@ class ChatBridgeRuntime:
         )
         self.mcp = build_mcp_endpoint(self.manager)
         bridge = self.mcp.bridge
+        # Answers on record that no message brought (a page paid while Redis was down).
+        self.record_watch = RecordWatch(self.manager, setting("CHATBRIDGE_RECHECK_SECONDS"))
         self.listener = WorkerListener(
             self.manager,
             self.hub,
             bridge.tasks.serve_routed,
             bridge.serve_routed_round,
             self.mcp.relay.take if self.mcp.relay is not None else None,
+            on_joined=self.record_watch.kick,
         )
         sweep = setting("CHATBRIDGE_COMMITMENT_SWEEP")
-        self.commitments = CommitmentSweeper(
-            self.manager, self.hub, sweep if sweep and sweep > 0 else None
+        self.takeover = Takeover(  # calls no live worker holds are taken over here
+            self.manager,
+            self.hub,
+            sweep if sweep and sweep > 0 else None,
+            resume_task=bridge.tasks.serving.take_over,
         )
         self.retention = Retention()  # ended calls past CHATBRIDGE_RETENTION_DAYS, hourly
         # 2026-07-28 calls and tasks parked by a worker that is gone, past their state's ttl
@@ -154,9 +162,10 @@ class ChatBridgeRuntime:
             self.listener.start()
         self.retention.start()
         self.parked.start()
+        self.record_watch.start()
         self.state = "running"
         _current = self
-        self.commitments.start()  # committed calls no live worker holds are finished here
+        self.takeover.start()  # calls no live worker holds are taken over here
         self.mcp.log_policy()
         logger.info("ChatBridge runtime started")
 
@@ -169,9 +178,10 @@ class ChatBridgeRuntime:
         self.state = "closing"
         try:
             if started:
-                await self.commitments.aclose()
+                await self.takeover.aclose()
                 await self.retention.aclose()
                 await self.parked.aclose()
+                await self.record_watch.aclose()
                 await self.hub.close()  # turns stop; nothing is recorded as ended
                 await self._end_calls_held_by_requests()
                 parked = await self.manager.park(self.drain_grace)

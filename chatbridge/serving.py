@@ -75,18 +75,24 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
     from django.urls import URLPattern
 
     from chatbridge.chat.checks import static_files_collected
+    from chatbridge.chat.limits import close_oversized_frames_on_daphne
     from chatbridge.chat.origins import SameOriginValidator
     from chatbridge.chat.routing import SOCKETS_SERVED
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
+    from chatbridge.conf import setting
+    from chatbridge.forwarded import trusted_networks, use_forwarded_client
     from chatbridge.mcp.resource import METADATA_PATHS
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
 
     threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()
     for problem in static_files_collected():  # pages would fail: say why, once, at start-up
         logger.error("%s %s", problem.msg, problem.hint)
+    trusted_networks(tuple(setting("CHATBRIDGE_TRUSTED_PROXIES")))  # a mistake stops the start
 
     async def http_router(scope: Scope, receive: Receive, send: Send) -> None:
-        """``/mcp`` goes to the MCP server, everything else to Django."""
+        """``/mcp`` goes to the MCP server, everything else to Django; behind a trusted proxy,
+        with the client's address (``chatbridge.forwarded``)."""
+        use_forwarded_client(scope)
         path = scope.get("path", "")
         if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
             await current_runtime().mcp(scope, receive, send)
@@ -114,6 +120,7 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
     )
     application = lifespan(router, ChatBridgeRuntime.from_settings)
     daphne_hooks(ChatBridgeRuntime.from_settings)  # daphne has no lifespan: its reactor drives it
+    close_oversized_frames_on_daphne()  # a close frame (1009), not a dropped connection
     return application
 
 

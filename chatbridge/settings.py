@@ -25,6 +25,7 @@ from chatbridge.environment import (
     env_list,
     load_or_create_secret,
     proxy_ssl_header,
+    redis_host,
     sqlite_database,
 )
 
@@ -140,9 +141,8 @@ CHANNEL_LAYERS: dict[str, Any] = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            # redis-py 8 drops idle connections after ~5 s unless socket_timeout is None, and
-            # caps its pool at 100 connections, erroring instead of waiting.
-            "hosts": [{"address": _redis_url, "socket_timeout": None, "max_connections": 1000}],
+            # No idle timeout, a pool of 1000, dead pooled connections retried (a restart).
+            "hosts": [redis_host(_redis_url)],
             # Separate deployments (or test runs) sharing one Redis keep apart by prefix.
             "prefix": os.environ.get("CHATBRIDGE_REDIS_PREFIX", "asgi"),
         },
@@ -156,7 +156,7 @@ if _redis_url:
     CHANNEL_LAYERS["chatbridge-events"] = {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
-            "hosts": [{"address": _redis_url, "socket_timeout": None}],
+            "hosts": [redis_host(_redis_url)],
             "prefix": os.environ.get("CHATBRIDGE_REDIS_PREFIX", "asgi") + ":events",
         },
     }
@@ -207,20 +207,31 @@ CHATBRIDGE_PLUGINS = [
 ]
 # Seconds a tool may wait for an answer before its session is aborted (None: never).
 CHATBRIDGE_SESSION_IDLE_TIMEOUT = float(os.environ.get("CHATBRIDGE_SESSION_IDLE_TIMEOUT", "3600"))
+# Refused answers one question takes before the call fails, saying why ("none": no limit).
+CHATBRIDGE_MAX_REFUSED_ANSWERS = env_limit(_env, "CHATBRIDGE_MAX_REFUSED_ANSWERS", 5)
 
 # URL questions (ctx.elicit_url): seconds a one-time link stays valid, and the public origin
 # links start with (default: the origin of the page or request that started the call).
 CHATBRIDGE_URL_LINK_TTL = float(os.environ.get("CHATBRIDGE_URL_LINK_TTL", "900"))
 CHATBRIDGE_PUBLIC_URL = os.environ.get("CHATBRIDGE_PUBLIC_URL", "").strip().rstrip("/")
 
-# WebSocket commands a socket may send: a steady rate per second and a burst.
+# WebSocket commands a visitor's sockets may send together (a steady rate per second and a
+# burst), and those of one client address; sockets a visitor and an address may hold at once.
 CHATBRIDGE_WS_RATE = float(os.environ.get("CHATBRIDGE_WS_RATE", "10"))
 CHATBRIDGE_WS_BURST = float(os.environ.get("CHATBRIDGE_WS_BURST", "30"))
+CHATBRIDGE_WS_RATE_PER_ADDRESS = float(os.environ.get("CHATBRIDGE_WS_RATE_PER_ADDRESS", "50"))
+CHATBRIDGE_WS_BURST_PER_ADDRESS = float(os.environ.get("CHATBRIDGE_WS_BURST_PER_ADDRESS", "150"))
+CHATBRIDGE_SOCKETS_PER_VISITOR = env_limit(_env, "CHATBRIDGE_SOCKETS_PER_VISITOR", 30)
+CHATBRIDGE_SOCKETS_PER_ADDRESS = env_limit(_env, "CHATBRIDGE_SOCKETS_PER_ADDRESS", 200)
+# The proxies (addresses or networks, comma-separated) whose X-Forwarded-For names the client.
+CHATBRIDGE_TRUSTED_PROXIES = env_list(_env, "CHATBRIDGE_TRUSTED_PROXIES")
 
 # Caps per visitor, and the days ended tool calls are kept (docs/chat.md: Limits); "none": no cap.
 CHATBRIDGE_QUEUE_PER_CONVERSATION = env_limit(_env, "CHATBRIDGE_QUEUE_PER_CONVERSATION", 20)
 CHATBRIDGE_QUEUE_PER_VISITOR = env_limit(_env, "CHATBRIDGE_QUEUE_PER_VISITOR", 50)
 CHATBRIDGE_RUNNING_TURNS_PER_VISITOR = env_limit(_env, "CHATBRIDGE_RUNNING_TURNS_PER_VISITOR", 10)
+CHATBRIDGE_QUEUE_PER_ADDRESS = env_limit(_env, "CHATBRIDGE_QUEUE_PER_ADDRESS", 200)
+CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS = env_limit(_env, "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS", 50)
 CHATBRIDGE_CONVERSATIONS_PER_HOUR = env_limit(_env, "CHATBRIDGE_CONVERSATIONS_PER_HOUR", 100)
 CHATBRIDGE_RETENTION_DAYS = env_limit(_env, "CHATBRIDGE_RETENTION_DAYS", 30)
 

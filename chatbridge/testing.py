@@ -10,8 +10,10 @@ answers its questions from a script::
 An answer is a dict or a model instance (accepted), ``Accept(...)``, ``Decline()``, ``Cancel()``,
 or a function of the ``ElicitRequest`` (sync or async) returning one of those; a list of
 answers answers a key asked again (or refused: the model's refusal is recorded and the next
-answer given). A question nobody scripted, or an answer the model refuses with no answer left,
-fails the test with what was asked and what happened before. Imports no web framework.
+answer given; after as many refused answers as a question takes, five, the call fails with
+``TooManyRefusedAnswers``). A question nobody scripted, or an answer the model refuses with no
+answer left, fails the test with what was asked and what happened before. Imports no web
+framework.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pydantic import BaseModel
 
 from chatbridge.author.approval import APPROVAL_KEY
 from chatbridge.author.elicit import Accept, Cancel, Decline, ElicitKey, ElicitRequest
-from chatbridge.author.exceptions import ElicitValidationError
+from chatbridge.author.exceptions import ElicitValidationError, TooManyRefusedAnswers
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.drive import EndEvent, Pause, drive
@@ -179,6 +181,9 @@ async def _respond(
         result = await _answer(left.pop(0), request)
         try:
             await session.respond_to_elicit(request.id, result)
+            return
+        except TooManyRefusedAnswers as closed:  # the last one the question takes: it failed
+            run.refused.append((request.key, closed.errors))
             return
         except ElicitValidationError as exc:
             run.refused.append((request.key, exc.field_errors()))

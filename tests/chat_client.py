@@ -33,25 +33,52 @@ def new_conversation(session_key: str) -> str:
     return str(Conversation.objects.create(owner=f"session:{session_key}").id)
 
 
-class ChatClient:
-    """Speaks the JSON protocol; remembers every event it received."""
+def from_address(client: tuple[str, int]) -> Any:
+    """The application, as a server that accepted a connection from ``client`` (host, port)
+    calls it (the communicator's scope has no client)."""
 
-    def __init__(self, conversation_id: str, session_key: str, *, origin: bool = True) -> None:
-        headers = [(b"cookie", f"sessionid={session_key}".encode()), HOST]
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await application({**scope, "client": client}, receive, send)
+
+    return app
+
+
+class ChatClient:
+    """Speaks the JSON protocol; remembers every event it received. ``client``: the address
+    the connection comes from (none, as the communicator has it, unless given), with
+    ``headers`` of the handshake such as a balancer's ``X-Forwarded-For``."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        session_key: str,
+        *,
+        origin: bool = True,
+        client: tuple[str, int] | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        handshake = [(b"cookie", f"sessionid={session_key}".encode()), HOST, *headers]
         if origin:
-            headers.append(ORIGIN)
+            handshake.append(ORIGIN)
         self.conversation_id, self.session_key = conversation_id, session_key
+        app = application if client is None else from_address(client)
         self.socket = WebsocketCommunicator(
-            application, f"/ws/chat/{conversation_id}/?format=json", headers=headers
+            app, f"/ws/chat/{conversation_id}/?format=json", headers=handshake
         )
         self.events: list[dict[str, Any]] = []
 
     @classmethod
-    async def start(cls) -> ChatClient:
+    async def start(
+        cls,
+        *,
+        client: tuple[str, int] | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> ChatClient:
+        """A new browser's socket on its new conversation, connected."""
         key = await new_browser_session()
-        client = cls(await new_conversation(key), key)
-        await client.connect()
-        return client
+        chat = cls(await new_conversation(key), key, client=client, headers=headers)
+        await chat.connect()
+        return chat
 
     async def connect(self) -> None:
         connected, code = await self.socket.connect(timeout=10)
@@ -59,6 +86,16 @@ class ChatClient:
 
     async def close(self) -> None:
         await self.socket.disconnect()
+
+    async def refused(self) -> tuple[dict[str, Any], int]:
+        """Connect a socket the server refuses after its handshake: the ``error`` event that
+        says why, and the close code that follows it."""
+        connected, code = await self.socket.connect(timeout=10)
+        assert connected, f"socket refused at its handshake with code {code}"
+        error = await self.next("error")
+        closing = await self.socket.receive_output(timeout=5)
+        assert closing["type"] == "websocket.close", closing
+        return error, int(closing["code"])
 
     async def send(self, command: dict[str, Any]) -> None:
         await self.socket.send_to(text_data=json.dumps(command))

@@ -29,6 +29,22 @@ from tests.production import Production, production_env, start_production  # noq
 from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix(request: pytest.FixtureRequest) -> None:
+    """Each pytest process gets a test database of its own: pytest-xdist's workers by their
+    id and their run's (pytest-django gives the id only), a run without workers by its pid,
+    so two runs at once on one checkout never share (and break) one database file."""
+    from django.conf import settings
+
+    worker = getattr(request.config, "workerinput", {})
+    run = f"{worker['workerid']}_{worker['testrunuid'][:8]}" if worker else f"pid{os.getpid()}"
+    suffix = run
+    for database in settings.DATABASES.values():
+        test = database.setdefault("TEST", {})
+        name = test.get("NAME") or f"test_{database['NAME']}"
+        test["NAME"] = f"{name}_{suffix}"
+
+
 @pytest.fixture
 async def manager() -> AsyncIterator[SessionManager]:
     """A manager sampling through litellm's offline provider; every session ends with the test."""
@@ -63,12 +79,15 @@ def server_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory, server_database: Path) -> Iterator[str]:
-    """A migrated database and daphne serving the app on a free port."""
+    """A migrated database and daphne serving the app on a free port, as ``make run`` starts
+    it (frames over 64 KiB refused by daphne itself)."""
     env = migrated_env(server_database)
     # Unanswered MCP requests time out quickly.
     env["CHATBRIDGE_MCP_REQUEST_TIMEOUT"] = str(MCP_REQUEST_TIMEOUT)
     port = free_port()
-    proc = start_daphne(port, env, log=tmp_path_factory.getbasetemp() / "daphne.log")
+    options = ["--websocket-max-message-size", "65536"]
+    log = tmp_path_factory.getbasetemp() / "daphne.log"
+    proc = start_daphne(port, env, options=options, log=log)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -90,6 +90,13 @@ def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[
         # own (test_mcp_caps.py).
         "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": "100000",
         "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": "100000",
+        # The chat's caps per client address likewise (tested in test_visitor_limits.py,
+        # test_queue_limits.py and, behind HAProxy, test_socket_servers.py).
+        "CHATBRIDGE_SOCKETS_PER_ADDRESS": "none",
+        "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS": "none",
+        "CHATBRIDGE_QUEUE_PER_ADDRESS": "none",
+        "CHATBRIDGE_WS_RATE_PER_ADDRESS": "1000000",
+        "CHATBRIDGE_WS_BURST_PER_ADDRESS": "1000000",
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
@@ -228,4 +235,5 @@ def start_uvicorn(
     """uvicorn serving the project like the production command, but without its frame limit, so
     that what refuses a large message is the application's own check."""
     command = ["uvicorn", "chatbridge.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-    return start_module([*command, "--lifespan", "on", "--ws", "websockets"], port, env, log=log)
+    options = ["--lifespan", "on", "--ws", "websockets-sansio", "--no-proxy-headers"]
+    return start_module([*command, *options], port, env, log=log)

@@ -240,6 +240,100 @@ async def test_a_legacy_session_whose_worker_was_killed_is_not_found_at_once(
     assert reply.json()["error"]["message"] == "Session not found"
 
 
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.timeout(120)
+async def test_a_legacy_call_whose_worker_is_killed_ends_on_record_and_its_client_is_told(
+    site: Site,
+    cluster: dict[str, str],  # noqa: F811
+) -> None:
+    """The worker holding a legacy MCP session dies (SIGKILL) while its call waits for the
+    person's answer: the call ends on record (never live for ever, listed to operators), and
+    the official client, which reconnects to the worker left, is told it ended within
+    seconds, instead of waiting until its own timeout."""
+    asked = asyncio.Event()
+    thinking = asyncio.Event()  # the person never answers: the worker dies first
+
+    async def person(context: Any, params: Any) -> types.ElicitResult:
+        asked.set()
+        await thinking.wait()
+        return types.ElicitResult(action="cancel")
+
+    async with Client(f"{site.url}/mcp", mode="legacy", elicitation_callback=person) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        await asyncio.wait_for(asked.wait(), 30)
+        [row] = [r for r in active_rows(cluster) if r[1] == "mcp-push"]
+        call_id, _, holder = row
+        [victim] = [p for p in site.procs if holder.endswith(f":{p.pid}")]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        killed = time.monotonic()
+        try:
+            done = await asyncio.wait_for(call, HOLDER_GONE_BOUND)
+        except MCPError as error:  # told as an error of the request: also the truth
+            told: str = error.error.message
+        else:
+            assert done.is_error, done
+            told = " ".join(c.text for c in done.content if isinstance(c, types.TextContent))
+        took = time.monotonic() - killed
+        thinking.set()
+    assert "stopped" in told and "call the tool again" in told, told
+    assert took < HOLDER_GONE_BOUND
+    row_now = cluster_rows(cluster, call_id)
+    assert row_now["status"] == "aborted", row_now
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.timeout(180)
+async def test_a_redis_blip_mid_question_does_not_end_a_live_legacy_call(
+    site: Site,
+    own_redis: OwnRedis,  # noqa: F811
+    cluster: dict[str, str],  # noqa: F811
+) -> None:
+    """Redis is gone for 5 s while a legacy call waits for its person, through the balancer:
+    the workers cannot relay the session's requests meanwhile, which says nothing of the
+    client (it is there, and answers once Redis is back): the call goes on and books once."""
+    asked, back = asyncio.Event(), asyncio.Event()
+    person = Person()
+
+    async def answering(context: Any, params: Any) -> types.ElicitResult:
+        if not asked.is_set():
+            asked.set()
+            await back.wait()  # the person answers after the blip
+        return await person(context, params)
+
+    async with Client(f"{site.url}/mcp", mode="legacy", elicitation_callback=answering) as client:
+        call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
+        await asyncio.wait_for(asked.wait(), 30)
+        own_redis.kill()
+        await asyncio.sleep(BLIP)  # the outage's length, not a synchronisation
+        own_redis.start()
+        back.set()
+        done = await asyncio.wait_for(call, 90)
+    assert not done.is_error, done
+    booked = done.structured_content
+    assert booked is not None and booked["booked"] is True, booked
+    await issued_once(site, cluster, booked["ticket"])
+
+
+BLIP = 5.0  # seconds Redis is away
+
+
+HOLDER_GONE_BOUND = 20.0  # seconds from the kill to the client being told
+
+
+def active_rows(cluster: dict[str, str]) -> list[tuple[str, str, str]]:  # noqa: F811
+    """(call id, transport, holder) of every live call on record."""
+    import psycopg
+
+    with psycopg.connect(cluster["DATABASE_URL"].replace("postgres://", "postgresql://")) as db:
+        return db.execute(
+            "SELECT id, transport, worker FROM chatbridge_chat_toolsession "
+            "WHERE status IN ('running', 'awaiting_elicit', 'awaiting_sample')"
+        ).fetchall()
+
+
 def relayed(folder: Path) -> list[str]:
     """The legacy MCP requests the workers logged as relayed to them from another worker."""
     logs = "".join(log.read_text() for log in folder.glob("worker-*.log"))

@@ -131,12 +131,16 @@ def test_search_is_deterministic_and_realistic() -> None:
     assert search_flights("AAA", "BBB")  # unknown airports still get flights
 
 
-def test_ticket_numbers_do_not_collide_at_scale() -> None:
-    """Ticket numbers end in 40 random bits: a thousand bookings of one seat collided about
-    once in 30 runs with the 24 bits they had (the thousand-bookings test caught it)."""
-    suffix = issue_ticket("SH-563", "1A").rsplit("-", 1)[1]
+def test_ticket_numbers_do_not_collide_at_scale_and_one_key_is_one_ticket() -> None:
+    """Ticket numbers end in 40 bits drawn from the step's idempotency key: ten thousand keys
+    (a thousand bookings of one seat collided about once in 30 runs with 24 bits), and the
+    same key, run again after an interruption, is the same ticket."""
+    suffix = issue_ticket("SH-563", "1A", idempotency_key="call-1:5").rsplit("-", 1)[1]
     assert re.fullmatch(r"[0-9A-F]{10}", suffix)
-    assert len({issue_ticket("SH-563", "1A") for _ in range(10_000)}) == 10_000
+    keys = [f"call-{n}:5" for n in range(10_000)]
+    assert len({issue_ticket("SH-563", "1A", idempotency_key=k) for k in keys}) == 10_000
+    again = issue_ticket("SH-563", "1A", idempotency_key="call-1:5")
+    assert again.endswith(suffix)
 
 
 async def test_a_booking_from_flight_list_to_ticket(manager: SessionManager) -> None:

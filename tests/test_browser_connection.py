@@ -9,6 +9,10 @@ answer is on record: the last one clicked (a second click while offline replaces
 With the shared server, the page's socket is routed through Playwright to lose an answer with
 its socket (sent again on reconnect, applied) and to cut the socket after an answer is
 delivered but before its reply (the copy sent again is taken quietly).
+
+A frame over 64 KiB, on daphne as ``make run`` starts it and on uvicorn as docs/production.md
+does: the server closes the socket (1009), the page says why in words and connects again, and
+nothing typed is lost.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, WebSocketRoute, expect
+from playwright.async_api import Browser, Page, WebSocketRoute, expect
 
 from plugins.book_flight.data import seat_map_for
+from tests.production import Production
 from tests.servers import fixed_port, migrated_env, start_daphne, stop
 from tests.test_browser import (
     ARTIFACTS,
@@ -211,4 +216,47 @@ async def test_an_answer_lost_with_its_socket_is_sent_again_and_applied_once(
     assert flaky.connections == before + 2
     confirms = [a for a in flaky.answers if '"confirm"' in a]
     assert len(confirms) == 2 and confirms[0] == confirms[1]  # the same answer, twice
+    await page.close()
+
+
+TOO_LARGE = (
+    "That was too large to send: a message may be at most 64 KiB, and nothing of it was kept. "
+    "Shorten it and send it again."
+)
+# What a page script (a guest UI's answer, a plugin's form) could hand the page's socket.
+SEND_ANYWAY = """(size) => {
+  const socket = document.querySelector("main.chat")["htmx-internal-data"].webSocket;
+  socket.sendImmediately(JSON.stringify({command: "user_message", text: "x".repeat(size)}), null);
+}"""
+
+
+async def too_large_is_told(page: Page) -> None:
+    state = page.locator("#connection-state")
+    await expect(state).to_have_text(CONNECTED)
+    box = page.get_by_role("textbox", name="Message")
+    await box.fill("A draft I am still writing")
+    await page.evaluate(RECORD_STATES)
+    await page.evaluate(SEND_ANYWAY, 70 * 1024)
+    await expect(page.locator("#errors [role=alert]")).to_have_text(TOO_LARGE)
+    await expect(state).to_have_text(CONNECTED)  # connected again, by itself
+    assert RECONNECTING in await page.evaluate("window.connectionStates")
+    await expect(box).to_have_value("A draft I am still writing")
+    await box.press("Enter")  # and the draft goes, on the new socket
+    await expect(page.locator("#transcript")).to_contain_text("A draft I am still writing")
+    await expect(box).to_have_value("")
+
+
+async def test_on_daphne_a_frame_over_64_kib_is_refused_in_words_and_nothing_typed_is_lost(
+    browser: Browser, server: str
+) -> None:
+    page = await open_chat(browser, server)
+    await too_large_is_told(page)
+    await page.close()
+
+
+async def test_on_uvicorn_a_frame_over_64_kib_is_refused_in_words_and_nothing_typed_is_lost(
+    browser: Browser, production: Production
+) -> None:
+    page = await open_chat(browser, production.url)
+    await too_large_is_told(page)
     await page.close()

@@ -101,11 +101,12 @@ MUST_RUN = (
 # the socket's outbox (rendering events for the user) and the runtime's background loops.
 BACKGROUND = (
     "chatbridge-socket-outbox",
-    "chatbridge-commitments",
+    "chatbridge-takeover",
     "chatbridge-retention",
     "chatbridge-idle-reaper",
     "chatbridge-lease:",
     "chatbridge-parked-calls",
+    "chatbridge-mcp-revocations",
     "chatbridge-worker-",
 )
 # On a thread, what the database writer runs (every write of the answer goes through it).

@@ -248,7 +248,7 @@ class SlowFork:
     async def append(self, session: Any, entry: Any) -> None:
         return None
 
-    async def check_held(self, session: Any) -> None:
+    async def start_step(self, session: Any, entry: Any, request: Any) -> None:
         return None
 
     async def fork(self, session: Any, seq: int) -> None:

@@ -219,7 +219,11 @@ async def test_an_oversized_message_gets_an_error_and_the_socket_is_closed(
     await chat.socket.send_to(text_data="x" * (65 * 1024))
     assert (await chat.next("error"))["message"] == "Messages are limited to 64 KiB."
     closing = await chat.socket.receive_output(timeout=5)
-    assert closing == {"type": "websocket.close", "code": 4009}
+    assert closing == {
+        "type": "websocket.close",
+        "code": 4009,
+        "reason": "Messages are limited to 64 KiB.",  # where the server passes it on
+    }
 
 
 async def test_malformed_and_unknown_messages_get_errors(chat: ChatClient) -> None:

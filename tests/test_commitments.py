@@ -10,7 +10,15 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from chatbridge import Accept, ElicitKey, SessionManager, ToolContext, create_mcp_tool
+from chatbridge import (
+    Accept,
+    ElicitKey,
+    ElicitValidationError,
+    SessionManager,
+    ToolContext,
+    TooManyRefusedAnswers,
+    create_mcp_tool,
+)
 from chatbridge.author.exceptions import ToolDefinitionError
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.commitment import COMPENSATION_SCOPE, abort_requested
@@ -203,6 +211,26 @@ async def test_a_failure_after_the_commitment_compensates(manager: SessionManage
     assert (ended.commitment.outcome, ended.commitment.abort_by) == ("compensated", None)
     assert ended.commitment.text() == "The payment was undone: refund R-tok1."
     assert refunds == ["tok1"]
+
+
+async def test_a_committed_call_whose_later_answers_are_refused_too_often_compensates(
+    manager: SessionManager,
+) -> None:
+    session = await paid(manager, "ask")
+    await session.respond_to_elicit(pay_id(), Accept({"token": "tok1"}))
+    await until_pause(session)
+    for _ in range(4):
+        with pytest.raises(ElicitValidationError):
+            await session.respond_to_elicit("shop:extra:c1:2", Accept({"note": 5}))
+    with pytest.raises(TooManyRefusedAnswers):
+        await session.respond_to_elicit("shop:extra:c1:2", Accept({"note": 5}))
+    ended = await session.wait_finished()
+    assert ended.type == "failed" and ended.error.startswith(
+        "TooManyRefusedAnswers: The answer to 'extra' was refused 5 times"
+    )
+    assert ended.commitment is not None
+    assert ended.commitment.text() == "The payment was undone: refund R-tok1."
+    assert (tickets, refunds) == ([], ["tok1"])
 
 
 async def test_without_a_compensation_a_committed_question_stays_open(

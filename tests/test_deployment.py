@@ -287,11 +287,14 @@ async def test_the_mcp_policy_is_enforced_before_the_sdk(
     assert sent[0]["status"] == status
 
 
-@pytest.mark.parametrize("size", [128 * 1024, 16 * 1024 * 1024])
-def test_uvicorn_refuses_a_frame_over_64_kib_without_reading_it(
+@pytest.mark.parametrize("size", [64 * 1024 + 1, 16 * 1024 * 1024])
+def test_uvicorn_refuses_a_frame_over_64_kib_unread_with_1009_and_a_reason(
     production: Production, size: int
 ) -> None:
-    assert _oversized_frame_close_code(production.url, size) == 1009
+    assert _oversized_frame_close(production.url, size) == (
+        1009,
+        f"frame with {size} bytes exceeds limit of 65536 bytes",
+    )
 
 
 def test_check_deploy_is_clean_with_the_documented_settings(production: Production) -> None:
@@ -405,14 +408,18 @@ def test_plain_http_is_redirected_to_https(behind_proxy: Production) -> None:
     assert reply.headers["Location"] == "https://chat.example.com/tools/"
 
 
-@pytest.mark.parametrize("size", [128 * 1024, 16 * 1024 * 1024])
-def test_daphne_as_make_run_starts_it_drops_frames_over_64_kib_unread(
+@pytest.mark.parametrize("size", [64 * 1024 + 1, 16 * 1024 * 1024])
+def test_daphne_as_make_run_starts_it_refuses_a_frame_over_64_kib_unread_with_1009(
     behind_proxy: Production, size: int
 ) -> None:
     port = urlsplit(behind_proxy.url).port
     headers = {"Host": f"127.0.0.1:{port}", "X-Forwarded-Proto": "https"}
-    # autobahn (daphne's WebSocket layer) fails such a connection by dropping it.
-    assert _oversized_frame_close_code(behind_proxy.url, size, headers) is None
+    # autobahn (daphne's WebSocket layer) would drop the connection without a word: ChatBridge
+    # has it close with a close frame instead.
+    assert _oversized_frame_close(behind_proxy.url, size, headers) == (
+        1009,
+        f"received WebSocket message size {size} exceeds payload limit of 65536 octets",
+    )
     assert request(behind_proxy.url, "/tools/", headers=PROXY).status == 200
 
 
@@ -448,12 +455,12 @@ def _manage(
     )
 
 
-def _oversized_frame_close_code(
+def _oversized_frame_close(
     base: str, size: int, headers: dict[str, str] | None = None
-) -> int | None:
+) -> tuple[int, str] | None:
     """Open a chat socket as a browser would, then announce one text frame of ``size`` bytes
-    without sending it: the close code the server answers with, having read only the header
-    (None: it dropped the connection).
+    without sending it: the close code and reason the server answers with, having read only
+    the header (None: it dropped the connection).
 
     A raw socket, because a client that sends the whole frame is reset by the closing server
     before it can read the close frame, and because the point is that nothing more is read.
@@ -491,7 +498,7 @@ def _oversized_frame_close_code(
             except (ConnectionResetError, EOFError):
                 return None
             assert opcode == 0x8, (opcode, payload)  # a close frame, not an error event first
-            return int(struct.unpack("!H", payload[:2])[0])
+            return int(struct.unpack("!H", payload[:2])[0]), payload[2:].decode()
 
 
 def _read_frame(stream: BinaryIO) -> tuple[int, bytes]:

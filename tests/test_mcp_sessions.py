@@ -42,8 +42,8 @@ def tickets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     issued: list[str] = []
     real = book_flight_tool.issue_ticket  # type: ignore[attr-defined]  # patched where looked up
 
-    def counting(flight_id: str, seat: str) -> str:
-        issued.append(real(flight_id, seat))
+    def counting(flight_id: str, seat: str, *, idempotency_key: str) -> str:
+        issued.append(real(flight_id, seat, idempotency_key=idempotency_key))
         return issued[-1]
 
     monkeypatch.setattr(book_flight_tool, "issue_ticket", counting)
@@ -162,21 +162,25 @@ async def test_a_different_seat_for_a_consumed_state_is_a_clear_error(
     assert len(tickets) == 1
 
 
-async def test_replaying_an_older_state_does_not_reset_the_invalid_answer_cap(
+async def test_replaying_an_older_state_does_not_reset_the_refused_answer_count(
     bridge: McpBridge, tickets: list[str]
 ) -> None:
     async with Client(bridge.server, mode=MODERN, elicitation_callback=Person()) as client:
         key, state = await at_seat_question(client)
         bad = seat_answer(key, {"row": "front", "seat": "A"})
-        once = await retry(client, state, bad)
-        twice = await retry(client, state, bad)  # the older state again, not ``once``'s
-        thrice = await retry(client, state, bad)
-    assert isinstance(once, types.InputRequiredResult)
-    assert isinstance(twice, types.InputRequiredResult)
-    message = elicitation(twice.input_requests[key]).message
+        # The first state each time, never the one the previous retry handed out.
+        *asked_again, ended = [await retry(client, state, bad) for _ in range(5)]
+        again = await retry(client, state, bad)  # after its end: the same end again
+    assert all(isinstance(again, types.InputRequiredResult) for again in asked_again)
+    message = elicitation(asked_again[1].input_requests[key]).message
     assert "Your previous answer was not accepted. Row: Enter a number from 1 to 99" in message
-    assert isinstance(thrice, types.CallToolResult)
-    assert thrice.structured_content == {"booked": False, "reason": "seat selection cancelled"}
+    assert isinstance(ended, types.CallToolResult) and ended.is_error
+    assert [text_of(c) for c in ended.content] == [
+        "The answer to 'pick_seat' was refused 5 times, as often as a question allows, so the "
+        "question was closed and the call failed. Last refusal: Row: Enter a number from 1 to "
+        "99. Call the tool again to start over."
+    ]
+    assert again.model_dump() == ended.model_dump()
     assert tickets == []
 
 

@@ -326,6 +326,37 @@ async def test_a_task_changes_the_seat_at_the_review(client: McpClient) -> None:
     assert booked["booked"] is True and booked["seat"] == free[1]
 
 
+async def test_an_update_for_a_question_a_change_abandoned_says_what_the_task_waits_for(
+    client: McpClient,
+) -> None:
+    """The review was left for the seat: an answer to it (a second agent's, or one that crossed
+    the change) is refused with an error naming the question now open, not acknowledged."""
+    task_id = (await client.call("book_flight", ROUTE))["taskId"]
+    while True:
+        review, name, params = question(await client.settled(task_id))
+        if name == "review":
+            break
+        await client.update(task_id, {review: booking_answer(name, params)})
+    change = {"action": "cancel", "_meta": {"io.chatbridge/change": "pick_seat"}}
+    assert await client.update(task_id, {review: change}) == {"resultType": "complete"}
+    seat, name, params = question(await client.settled(task_id))
+    assert name == "pick_seat"
+
+    with pytest.raises(RpcError) as refused:
+        await client.update(task_id, {review: booking_answer("review", {})})
+    assert refused.value.code == -32602
+    assert refused.value.message == (
+        f"The question {review} is no longer open: it was left when an earlier answer was "
+        f"changed (Change seat). The task now waits for {seat} "
+        f"({params['message'].splitlines()[0]}); tasks/get shows it."
+    )
+    # The same change sent again (a retry after a lost response) is that change: acknowledged.
+    assert await client.update(task_id, {review: change}) == {"resultType": "complete"}
+    assert question(await client.get(task_id))[0] == seat  # nothing moved
+    done = await run_to_end(client, task_id, booking_answer)
+    assert done["status"] == "completed", done
+
+
 def refusal(tool: str, mode: str, declared: frozenset[str]) -> str:
     """The error text every MCP path gives a client that cannot take a question's mode."""
     return str(ModeNotDeclared(tool, mode, declared))

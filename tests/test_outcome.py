@@ -4,18 +4,27 @@ and the words every reader shows are made from it, never read back."""
 
 from __future__ import annotations
 
+import mcp_types as types
+
+from chatbridge import TooManyRefusedAnswers
 from chatbridge.calls.journal import JournalEntry
 from chatbridge.calls.outcome import (
+    OUTCOME,
     Aborted,
     Cancelled,
     Completed,
     Declined,
     Denied,
+    Failed,
+    RefusedAnswers,
     aborted,
+    call_status,
     completed,
     describe,
     failed,
 )
+from chatbridge.engine.tool_message import tool_message
+from chatbridge.mcp.results import final_result
 
 
 def elicit(seq: int, key: str, action: str, scope: str = "") -> JournalEntry:
@@ -48,3 +57,39 @@ def test_who_stopped_a_call_and_the_words_made_from_it() -> None:
     assert aborted("", "approval", "") == Denied(reason="")
     assert describe(failed(KeyError("seat"), "")) == "KeyError: 'seat'"
     assert describe(failed(None, "boom: it broke")) == "boom: it broke"  # kept whole
+
+
+REFUSED = (
+    "The answer to 'pick_seat' was refused 5 times, as often as a question allows, so the "
+    "question was closed and the call failed. Last refusal: Row: Enter a number from 1 to 99. "
+    "Call the tool again to start over."
+)
+
+
+def test_a_question_refused_too_often_is_a_failure_that_says_so_to_every_reader() -> None:
+    closed = TooManyRefusedAnswers(
+        "book_flight:pick_seat:c1:2", "pick_seat", 5, {"row": ["Enter a number from 1 to 99."]}
+    )
+    outcome = failed(closed, "")
+    assert outcome == Failed(
+        error_type="TooManyRefusedAnswers",
+        message=REFUSED,
+        refused=RefusedAnswers(key="pick_seat", count=5, why="Row: Enter a number from 1 to 99"),
+    )
+    assert call_status(outcome) == "failed"
+    assert describe(outcome) == f"TooManyRefusedAnswers: {REFUSED}"  # the record, the admin
+    assert OUTCOME.validate_python(outcome.model_dump(mode="json")) == outcome  # read back
+    # An MCP client (any path, Tasks too) gets the sentence, not "unexpected" nor "denied".
+    said = final_result(outcome)
+    assert said.is_error and said.content == [types.TextContent(type="text", text=REFUSED)]
+    assert tool_message(outcome) == (
+        "Answer refused: the user's answer to 'pick_seat' was refused 5 times, as often as a "
+        "question allows, so the tool call ended without finishing. Last refusal: Row: Enter a "
+        "number from 1 to 99. Tell the user why in plain words; do not call the tool again "
+        "unless they ask."
+    )
+    once = failed(TooManyRefusedAnswers("x:k:c:1", "k", 1, {}), "")
+    assert once.message == (
+        "The answer to 'k' was refused once, as often as a question allows, so the question was "
+        "closed and the call failed. Call the tool again to start over."
+    )

@@ -1,6 +1,7 @@
 """The queue of "Send anyway" messages: one row per message (an enqueue is one INSERT, however
-long the queue), bounded per chat and per visitor with a refusal that says so, shown after a
-reload, and moved out of the old JSON column by the migration."""
+long the queue), bounded per chat, per visitor and per client address (fresh cookies from one
+address share its cap) with a refusal that says so, shown after a reload, and moved out of the
+old JSON column by the migration."""
 
 from __future__ import annotations
 
@@ -71,6 +72,37 @@ async def test_the_queue_is_bounded_per_chat_and_per_visitor_with_a_clear_refusa
     await store.enqueue(c, QueuedMessage("c0", "c0"))
     assert [m.id for m in await store.queued(c)] == ["c0"]
     assert [m.id for m in await store.queued(a)] == ["a0", "a2"]
+
+
+FULL_NETWORK = (
+    "4 messages from your network are waiting in chats, the most we keep for it. Wait for the "
+    "current replies to end, then send this again."
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_runtime")
+@override_settings(
+    CHATBRIDGE_QUEUE_PER_CONVERSATION=100,
+    CHATBRIDGE_QUEUE_PER_VISITOR=100,
+    CHATBRIDGE_QUEUE_PER_ADDRESS=4,
+)
+async def test_fresh_cookies_from_one_address_share_its_cap_on_the_queue() -> None:
+    store = DjangoStore()
+    home, elsewhere = "203.0.113.7", "198.51.100.20"
+    chats = [
+        str((await Conversation.objects.acreate(owner=f"session:fresh{n}")).id) for n in range(6)
+    ]
+    for n, chat in enumerate(chats[:4]):  # a new cookie for each message
+        await store.enqueue(chat, QueuedMessage(f"h{n}", "hi", address=home))
+    with pytest.raises(CommandRefused) as refused:
+        await store.enqueue(chats[4], QueuedMessage("h4", "hi", address=home))
+    assert (refused.value.code, str(refused.value)) == ("QUEUE_FULL", FULL_NETWORK)
+    await store.enqueue(chats[5], QueuedMessage("e0", "hi", address=elsewhere))
+    assert await store.queued(chats[4]) == []
+    await store.dequeue(chats[0], "h0")  # one started: room for one more
+    await store.enqueue(chats[4], QueuedMessage("h4", "hi", address=home))
+    assert [m.id for m in await store.queued(chats[4])] == ["h4"]
 
 
 def test_the_refusals_count_in_words() -> None:

@@ -103,6 +103,9 @@ async def drain(chat: ChatClient, tally: Counter[str]) -> None:
 def no_rate_limit(settings: Settings) -> None:
     settings.CHATBRIDGE_WS_RATE = 1e9  # the fuzzers send as fast as they can
     settings.CHATBRIDGE_WS_BURST = 1e9
+    # One question takes every fuzzed answer (set before the runtime is built; the limit of
+    # refused answers has its own tests, tests/test_refused_answers.py).
+    settings.CHATBRIDGE_MAX_REFUSED_ANSWERS = None
 
 
 async def test_fuzzed_frames_never_crash_the_socket() -> None:
@@ -269,11 +272,14 @@ async def test_a_flooding_socket_is_closed(settings: Settings) -> None:
     report("flooding", sent=sent, closed_with=4429)
 
 
-async def test_dropped_connections_are_cleaned_up() -> None:
+async def test_dropped_connections_are_cleaned_up(settings: Settings) -> None:
     import tracemalloc
 
     from chatbridge.chat.broadcast import sockets_here
+    from chatbridge.chat.socket_caps import SOCKETS
     from chatbridge.llm import litellm_module
+
+    settings.CHATBRIDGE_SOCKETS_PER_VISITOR = 100  # one browser's 100 sockets at once
 
     first = await ChatClient.start()
     key, conversation = first.session_key, first.conversation_id
@@ -289,6 +295,7 @@ async def test_dropped_connections_are_cleaned_up() -> None:
         # Abrupt (no goodbye); the consumers get time to run their disconnect even on a busy host.
         await asyncio.gather(*(s.socket.disconnect(timeout=30) for s in sockets))
         assert sockets_here(conversation) == 0, round_
+        assert SOCKETS.open_sockets(visitor=f"session:{key}") == 0, round_  # places given back
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename")) / 1024

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import re
 
+from django.utils import translation
+
 from chatbridge import ElicitId, ElicitRequest
+from chatbridge.calls.outcome import Failed, RefusedAnswers
 from chatbridge.chat.rendering import SocketView, render_event, render_form
 from chatbridge.engine.protocol import (
     AssistantDelta,
@@ -103,3 +106,26 @@ def test_logs_progress_and_errors_go_to_their_places_in_words() -> None:
     assert error is not None and 'hx-swap-oob="innerHTML:#errors"' in error
     assert "Expecting value" not in error  # the exact text is for logs, people get words
     assert "the page sent something the server could not read" in error
+
+
+def test_a_question_refused_too_often_is_said_on_the_card_in_the_person_s_language() -> None:
+    refused = RefusedAnswers(key="pick_seat", count=5, why="Rangée : Saisissez un nombre")
+    outcome = Failed(error_type="TooManyRefusedAnswers", message="…", refused=refused)
+    event = ToolCallEvent(call_id="t1", tool_name="book_flight", status="failed", outcome=outcome)
+    with translation.override("fr"):
+        html = render_event(event, SocketView())
+    assert html is not None and "Échec" in html
+    assert (
+        "Non fait\u00a0: votre réponse a été refusée 5 fois, la question a donc été fermée. "
+        "Dernier refus\u00a0: Rangée : Saisissez un nombre." in html
+    )
+    once = Failed(
+        error_type="TooManyRefusedAnswers",
+        message="…",
+        refused=RefusedAnswers(key="pick_seat", count=1, why=""),
+    )
+    html = render_event(event.model_copy(update={"outcome": once}), SocketView())
+    assert (
+        html is not None
+        and "Not done: your answer was refused, so the question was closed." in html
+    )

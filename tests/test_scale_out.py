@@ -51,6 +51,8 @@ def cluster_database(redis_url: str) -> Iterator[dict[str, str]]:
         "REDIS_URL": redis_url,
         "CHATBRIDGE_REDIS_PREFIX": f"cbtest{uuid.uuid4().hex[:8]}",
         "DJANGO_SUPERUSER_PASSWORD": "pw-123456",
+        # The burst of 150 sockets below is one browser's (30 is the default cap).
+        "CHATBRIDGE_SOCKETS_PER_VISITOR": "200",
     }
     try:
         for command in (

@@ -399,7 +399,7 @@ class FlakyStore:
             raise self.write_error
         self.appended.append(entry.key)
 
-    async def check_held(self, session: Any) -> None:
+    async def start_step(self, session: Any, entry: Any, request: Any) -> None:
         if self.lost:
             raise ClaimLost(session.id, "this-host:1", "other-host:2")
 

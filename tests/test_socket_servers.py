@@ -1,5 +1,7 @@
 """The chat socket under real servers, daphne and uvicorn: the close code a client sees when the
-application refuses a message, and a quiet log when clients vanish in the middle of a turn."""
+application refuses a message, a quiet log when clients vanish in the middle of a turn, and,
+behind HAProxy as docs/deploy.md configures it, each client's own address counted by the caps
+per address (not the balancer's, nor one a client wrote into the header)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from tests.balancer import start_haproxy
 from tests.servers import free_port, migrated_env, start_daphne, start_uvicorn, stop
 
 BOOK = json.dumps({"type": "user_message", "text": "Book a flight from JFK to LAX"})
@@ -138,6 +141,82 @@ async def test_clients_that_vanish_mid_turn_leave_no_tracebacks(live: Live) -> N
     assert (await next_event(socket, "elicit"))["key"] == "pick_flight"
     await socket.close()
     log = live.stop()  # daphne reports a failed application when it reaps it, once a second
-    closed = log.count("WSDISCONNECT" if live.kind == "daphne" else "connection closed")
-    assert closed >= rounds * (crowd + 1)  # the server saw every socket go
+    # daphne logs every socket that goes; uvicorn's websockets-sansio logs none, only each
+    # one it accepted.
+    seen = log.count("WSDISCONNECT" if live.kind == "daphne" else "[accepted]")
+    assert seen >= rounds * (crowd + 1)
     assert "Traceback" not in log, failures(log)
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """HAProxy (docs/deploy.md's configuration) in front of one uvicorn worker that trusts it
+    (CHATBRIDGE_TRUSTED_PROXIES) and lets each client address hold two sockets: the
+    balancer's address and the worker's own."""
+    tmp = tmp_path_factory.mktemp("balanced")
+    env = migrated_env(tmp / "db.sqlite3")
+    env.update(CHATBRIDGE_TRUSTED_PROXIES="127.0.0.1", CHATBRIDGE_SOCKETS_PER_ADDRESS="2")
+    port, front = free_port(), free_port()
+    worker = start_uvicorn(port, env, log=tmp / "worker.log")
+    try:
+        proxy = start_haproxy(front, [port], tmp)
+        try:
+            yield f"http://127.0.0.1:{front}", f"http://127.0.0.1:{port}"
+        finally:
+            stop(proxy)
+    finally:
+        stop(worker)
+
+
+async def socket_from(base: str, local: str, forged: str | None = None) -> ClientConnection:
+    """A new browser's socket, its connection made from the loopback address ``local`` (with
+    an ``X-Forwarded-For`` of its own making, if ``forged``); its first event received."""
+    cookie, conversation = await new_browser(base)
+    headers = {"Cookie": cookie, "Origin": base}
+    if forged:
+        headers["X-Forwarded-For"] = forged
+    return await websockets.connect(
+        f"{base.replace('http://', 'ws://')}/ws/chat/{conversation}/?format=json",
+        additional_headers=headers,
+        open_timeout=10,
+        local_addr=(local, 0),
+    )
+
+
+async def first_event(socket: ClientConnection) -> dict[str, Any]:
+    return dict(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+
+
+async def assert_refused(socket: ClientConnection) -> None:
+    refusal = await first_event(socket)
+    assert (refusal["type"], refusal["code"]) == ("error", "TOO_MANY_SOCKETS"), refusal
+    assert refusal["message"] == (
+        "2 chat pages are open from your network, the most we allow at once. Close some of "
+        "them, then reload this page."
+    )
+    with pytest.raises(websockets.ConnectionClosed):
+        await asyncio.wait_for(socket.recv(), 10)
+    assert socket.close_code == 4429
+
+
+async def test_behind_haproxy_each_client_address_counts_and_no_forged_one(
+    balanced: tuple[str, str],
+) -> None:
+    front, worker = balanced
+    held: list[ClientConnection] = []
+    try:
+        for _ in range(2):  # two fresh cookies from 127.0.0.2: its two places
+            held.append(await socket_from(front, "127.0.0.2"))
+            assert (await first_event(held[-1]))["type"] == "conversation_state"
+        await assert_refused(await socket_from(front, "127.0.0.2"))
+        # 127.0.0.3 is someone else, though the balancer's address is the same; naming
+        # 127.0.0.2 in a header of its own does not make it count as 127.0.0.2 either.
+        for forged in (None, "127.0.0.2"):
+            held.append(await socket_from(front, "127.0.0.3", forged))
+            assert (await first_event(held[-1]))["type"] == "conversation_state"
+        await assert_refused(await socket_from(front, "127.0.0.3"))
+        # Straight to the worker, the header is not read at all: the connection's own address.
+        held.append(await socket_from(worker, "127.0.0.4", "127.0.0.2"))
+        assert (await first_event(held[-1]))["type"] == "conversation_state"
+    finally:
+        await asyncio.gather(*(socket.close() for socket in held))

@@ -31,6 +31,8 @@ __all__ = [
     "SamplingError",
     "SessionAborted",
     "SessionNotFound",
+    "StepOutcomeUnknown",
+    "TooManyRefusedAnswers",
     "ToolDefinitionError",
     "UnknownElicitKey",
     "UrlQuestionsUnavailable",
@@ -110,6 +112,7 @@ RefusalCode = Literal[
     "REFUSED",
     "TOO_LARGE",
     "TOO_LONG",
+    "TOO_MANY_SOCKETS",  # the visitor's or the client address's open sockets are at the cap
     "UNAVAILABLE",
 ]
 _REFUSAL_CODES: frozenset[str] = frozenset(get_args(RefusalCode))
@@ -232,6 +235,30 @@ class ElicitValidationError(ChatBridgeError):
         return out
 
 
+class TooManyRefusedAnswers(ChatBridgeError):
+    """The answers to a question were refused as often as a question allows
+    (``CHATBRIDGE_MAX_REFUSED_ANSWERS``): the question closed by itself and the call fails.
+    Raised in the tool where it asked, and to whoever handed in the last refused answer."""
+
+    def __init__(
+        self, elicit_id: str, key: str, refused: int, errors: Mapping[str, Sequence[str]]
+    ) -> None:
+        self.elicit_id, self.key, self.refused = elicit_id, key, refused
+        # The last refusal's field errors, in words for a person (``HumanText`` kept).
+        self.errors = {field: list(messages) for field, messages in errors.items()}
+        times = "once" if refused == 1 else f"{refused} times"
+        last = f" Last refusal: {self.why}." if self.why else ""
+        super().__init__(
+            f"The answer to {key!r} was refused {times}, as often as a question allows, so the "
+            f"question was closed and the call failed.{last} Call the tool again to start over."
+        )
+
+    @property
+    def why(self) -> str:
+        """The last refusal's errors, in words ("Row: Enter a number from 1 to 99")."""
+        return field_errors_text(self.errors)
+
+
 class ElicitNotPending(ChatBridgeError):
     """An answer named an elicitation that is not the pending one."""
 
@@ -325,6 +352,21 @@ class ReplayDivergence(ChatBridgeError):
             f"Replay of tool {tool!r} diverged at position {pos} of {where}: the journal "
             f"recorded {recorded}, the tool now called {attempted}. Apart from ctx calls and "
             "ctx.step, a tool must be deterministic; wrap other side effects in ctx.step()."
+        )
+
+
+class StepOutcomeUnknown(ChatBridgeError):
+    """A step started on an earlier run of the call and its result was never recorded; its
+    function takes no ``idempotency_key``, so it is not run again (it may have happened)."""
+
+    def __init__(self, tool: str, step: str, key: str) -> None:
+        self.tool, self.step, self.key = tool, step, key
+        super().__init__(
+            f"Step {step!r} of tool {tool!r} started before the call was interrupted and its "
+            f"result was never recorded, so it may or may not have happened (idempotency key "
+            f"{key!r}). It is not run again: give the step function an idempotency_key "
+            "parameter and make it idempotent by that key (ctx.step passes the same key on "
+            "every run), or catch StepOutcomeUnknown in the tool and settle it by the key."
         )
 
 

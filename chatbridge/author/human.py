@@ -27,6 +27,7 @@ __all__ = [
     "human_list",
     "human_value",
     "pydantic_messages",
+    "refused_answers_text",
     "schema_error_message",
 ]
 
@@ -296,6 +297,22 @@ def human_list(items: Sequence[str], conjunction: str = "and") -> str:
     if conjunction == "and":
         return _("%(head)s and %(last)s") % joined
     return f"{joined['head']} {conjunction} {joined['last']}"
+
+
+def refused_answers_text(count: int, why: str) -> str:
+    """What the person is told when their question closed after ``count`` refused answers
+    (``why``: the last refusal's errors, in words), in the active language."""
+    if count == 1:
+        said = _("Not done: your answer was refused, so the question was closed.")
+    else:
+        said = _(
+            "Not done: your answer was refused %(count)s times, so the question was closed."
+        ) % {"count": count}
+    if not why:
+        return said
+    # Translators: after "Not done: your answer was refused 5 times, ..."; why is in words
+    last = _("Last refusal: %(why)s.") % {"why": why}
+    return f"{said} {last}"
 
 
 _MONTHS = (

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -28,6 +28,14 @@ P = TypeVar("P", bound=BaseModel)
 P2 = TypeVar("P2", bound=BaseModel)
 R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
+M_in = TypeVar("M_in", bound=BaseModel, contravariant=True)
+
+
+class KeyedCompensation(Protocol[M_in]):
+    """A compensation that takes its step's idempotency key (``ctx.step`` passes it)."""
+
+    def __call__(self, answer: M_in, /, *, idempotency_key: str) -> Any: ...
+
 
 ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
 
@@ -237,7 +245,7 @@ class McpToolBuilder(Generic[P]):
         self,
         key: ElicitKey[M],
         *,
-        compensate: Callable[[M], Any] | None = None,
+        compensate: Callable[[M], Any] | KeyedCompensation[M] | None = None,
         label: str = "",
     ) -> McpToolBuilder[P]: ...
 
@@ -256,7 +264,8 @@ class McpToolBuilder(Generic[P]):
         """An accepted answer to ``key`` commits the call (a payment): from then on no abort
         ends it silently. The tool finishes what it committed to; where it cannot (it fails,
         or is stopped at a later question), ``compensate(answer)`` runs once, as a journaled
-        step (a refund), and the call ends saying so. ``label`` names it for people ("the
+        step (a refund; like any step it receives ``idempotency_key`` if it takes one), and
+        the call ends saying so. ``label`` names it for people ("the
         payment"). The key must be declared in ``.elicits()``."""
         name = key.name if isinstance(key, ElicitKey) else key
         if compensate is not None and not callable(compensate):

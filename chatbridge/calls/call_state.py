@@ -12,7 +12,7 @@ from chatbridge.author.elicit import ElicitResult
 from chatbridge.author.exceptions import ChatBridgeError, SessionAborted
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.capability_host import CapabilityHost
-from chatbridge.calls.journal import Journal, JournalEntry
+from chatbridge.calls.journal import RAISED, Journal, JournalEntry
 
 __all__ = ["CallState"]
 
@@ -33,6 +33,7 @@ class CallState:
         "params",
         "stopped",
         "tool",
+        "unsettled",
     )
 
     def __init__(
@@ -50,6 +51,9 @@ class CallState:
         # Set when the call must not go on (its journal could not be written): every later
         # capability call raises it, whatever the tool caught.
         self.stopped: ChatBridgeError | None = None
+        # Set when a step ran and its result could not be recorded: its effect may stand, so
+        # the call is handed over to be finished by replay (with the step's key), not failed.
+        self.unsettled = False
         # Told every answer the tool receives, live or replayed (commitments watch for theirs).
         self.on_answer: Callable[[str, ElicitResult[Any]], object] | None = None
 
@@ -76,6 +80,29 @@ class CallState:
         """Hand ``entry`` to the host to make durable, then keep it; a failure stops the call."""
         await self.guarded(self.host.recorded(entry))
         self.journal.add(entry)
+
+    async def record_step(self, entry: JournalEntry) -> None:
+        """``record`` a step's result; a failure leaves the step unsettled (its effect may
+        stand, and only a run with its key may settle it)."""
+        try:
+            await self.record(entry)
+        except ChatBridgeError:
+            self.unsettled = True
+            raise
+
+    async def record_raised(self, start: JournalEntry, exc: Exception) -> None:
+        """A step's function raised: noted on its start (``RAISED``), so a replay runs it
+        again rather than taking it for interrupted. A failed write stops the call as any
+        journal write does (the step counts as interrupted then)."""
+        text = f"{type(exc).__name__}: {exc}"[:500]
+        noted = JournalEntry(
+            start.seq, "step", start.key, {RAISED: text}, start.scope, start.pos, start.digest
+        )
+        try:
+            await self.guarded(self.host.recorded(noted))
+        except ChatBridgeError:
+            return  # ``stopped`` is set: the call goes no further
+        self.journal.note_raised(noted)
 
     async def shield_abort(self, awaitable: Awaitable[T]) -> T:
         """Await, turning the cancellation that ``abort()`` causes into ``SessionAborted``."""

@@ -41,7 +41,11 @@ class CapabilityHost(Protocol):
         """Publish a progress note."""
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
-        """A live capability call starts; raising before a step keeps its effect from running."""
+        """A live question or completion starts."""
+
+    async def step_started(self, entry: JournalEntry, request: dict[str, Any]) -> None:
+        """A step starts: its start made durable (``entry``, its result empty) before its side
+        effect runs; raising keeps the effect from running (and stops the call)."""
 
     async def recorded(self, entry: JournalEntry) -> None:
         """Make a capability result durable; raising stops the call (the tool never sees it)."""

@@ -40,7 +40,8 @@ __all__ = [
 # are digits), so a replay finds a compensation that ran wherever the tool stopped.
 COMPENSATION_SCOPE = "compensate"
 
-Compensate = Callable[[Any], Any]  # the committing answer (its model) → a JSON result
+# The committing answer (its model), and its step's idempotency_key if it takes one → a JSON result
+Compensate = Callable[..., Any]
 
 # What ``PluginSession.abort`` did: stopped the tool (not committed), lets it finish, stops it
 # at its question to compensate, keeps its question open (committed, nothing to compensate

@@ -31,6 +31,8 @@ from chatbridge.author.elicit import (
 from chatbridge.author.exceptions import (
     ElicitAlreadyPending,
     ElicitInBranch,
+    SessionAborted,
+    StepOutcomeUnknown,
     ToolDefinitionError,
     UnknownElicitKey,
 )
@@ -38,8 +40,10 @@ from chatbridge.author.sampling import SampleRequest, SampleResult
 from chatbridge.calls.call_state import CallState
 from chatbridge.calls.capability_host import LOG_LEVELS, CapabilityHost, LogLevel
 from chatbridge.calls.journal import (
+    RAISED,
     JournalEntry,
     request_digest,
+    step_key,
     to_json_value,
 )
 
@@ -271,6 +275,14 @@ class ToolContext:
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a side effect once and journal its JSON result; replay returns the record.
 
+        Its start is on record before ``fn`` runs. A function with an ``idempotency_key``
+        parameter receives the step's key (``step_key``: the same on every run of this step),
+        and is run again with it if the call was interrupted after the start and before the
+        result was recorded; it must then do its effect at most once per key (as a payment
+        provider does). A function without that parameter is never run again in that case:
+        ``StepOutcomeUnknown`` is raised in the tool instead (and a committed call
+        compensates). A step that raised is noted so and runs again on replay (with its key).
+
         Live and replayed calls return the same plain JSON value (tuples become lists,
         models become dicts), so the tool behaves identically on both paths.
         """
@@ -278,24 +290,37 @@ class ToolContext:
         state.check_aborted()
         pos = self._next_pos()
         digest = request_digest({"name": name, "args": args})
-        entry = state.journal.recorded(self.scope, pos, "step", name, digest)
+        journal = state.journal
+        entry = journal.recorded(self.scope, pos, "step", name, digest)
         if entry is not None:
             return entry.result["value"]
-        seq = state.journal.next_seq()
-        # The host may refuse here (this worker lost the call): the side effect never runs.
-        await state.guarded(
-            state.host.requested(
-                seq, "step", name, {"args": to_jsonable_python(args, fallback=repr)}
-            )
-        )
-        if inspect.iscoroutinefunction(fn):
-            raw = await state.shield_abort(fn(*args))
-        else:
-            raw = await state.shield_abort(asyncio.to_thread(fn, *args))
-            if inspect.isawaitable(raw):
-                raw = await state.shield_abort(raw)
+        keyed = _takes_key(fn)
+        start = journal.started(self.scope, pos, name, digest)
+        if start is None:
+            start = JournalEntry(journal.next_seq(), "step", name, {}, self.scope, pos, digest)
+        elif not keyed and RAISED not in start.result:
+            # An interrupted run started it: whether it happened is unknown.
+            raise StepOutcomeUnknown(state.tool.name, name, step_key(state.call_id, start.seq))
+        seq = start.seq
+        # On record before the side effect (again, for a step run again by its key: the
+        # lease's fence). The host may refuse (this worker lost the call): it never runs.
+        request = {"args": to_jsonable_python(args, fallback=repr)}
+        await state.guarded(state.host.step_started(start, request))
+        kwargs = {"idempotency_key": step_key(state.call_id, seq)} if keyed else {}
+        try:
+            if inspect.iscoroutinefunction(fn):
+                raw = await state.shield_abort(fn(*args, **kwargs))
+            else:
+                raw = await state.shield_abort(asyncio.to_thread(fn, *args, **kwargs))
+                if inspect.isawaitable(raw):
+                    raw = await state.shield_abort(raw)
+        except SessionAborted:  # stopped while it ran: whether it happened is unknown
+            raise
+        except Exception as exc:  # it raised: run again on replay (as it was not recorded)
+            await state.record_raised(start, exc)
+            raise
         value = to_json_value(raw, f"The result of step {name!r}")
-        await state.record(
+        await state.record_step(
             JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest)
         )
         return value
@@ -338,3 +363,15 @@ class ToolContext:
     ) -> T:
         self._state.check_aborted()
         return await fn(child, *args)
+
+
+def _takes_key(fn: Callable[..., Any]) -> bool:
+    """Does step function ``fn`` take the step's ``idempotency_key`` (by name)?"""
+    try:
+        parameter = inspect.signature(fn).parameters.get("idempotency_key")
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )

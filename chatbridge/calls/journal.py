@@ -15,6 +15,11 @@ the call runs again from the start, replaying what is left and asking that quest
 Abandoned entries keep their ``seq`` (new entries come after them) and count in the numbers of
 the questions asked after them, so no question's id is ever given twice in a call.
 
+A step's *start* is on record too, before its side effect runs (DESIGN §11): a call
+interrupted between the two (a database outage, a worker killed) finds the step started and
+not finished when it is replayed, and ``ToolContext.step`` runs it again only with the same
+idempotency key (``step_key``), never silently.
+
 Durable recording goes through a ``JournalStore``; its failure stops the call.
 """
 
@@ -39,11 +44,16 @@ __all__ = [
     "JournalEntry",
     "JournalStore",
     "MemoryJournalStore",
+    "RAISED",
     "request_digest",
+    "step_key",
     "to_json_value",
 ]
 
 EntryKind = Literal["elicit", "sample", "step"]
+# The result on record of a step whose function raised: its error, in words. Such a step runs
+# again on replay (it did not return); an entry with it is a start, never a result.
+RAISED = "raised"
 _KINDS: tuple[EntryKind, ...] = ("elicit", "sample", "step")
 # What the digest covers, per kind: named in divergence messages.
 _DIGESTED = {
@@ -61,6 +71,13 @@ def to_json_value(value: object, what: str) -> Any:
         return json.loads(json.dumps(plain, allow_nan=False))
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise NotSerializable(what, value, str(exc)) from None
+
+
+def step_key(call_id: str, seq: int) -> str:
+    """The idempotency key of the step recorded at ``seq`` of call ``call_id``: the same on
+    every run of that step (a replay of a step that started reuses its ``seq``), another for
+    any other step, including one run again at the same place after an answer changed."""
+    return f"{call_id}:{seq}"
 
 
 def _stable(value: object) -> str:
@@ -141,6 +158,7 @@ class Journal:
         "_asking",
         "_entries",
         "_last_seq",
+        "_started",
         "_tool",
         "_unconsumed",
     )
@@ -151,15 +169,21 @@ class Journal:
         # The ``seq`` of each abandoned question (a fork's), ascending; () while none is.
         self._abandoned: tuple[int, ...] = ()
         self._asking: int | None = None  # the seq of the question asked and not answered yet
+        # Steps whose start is on record and whose result is not (an interrupted run's), by
+        # slot; their ``result`` is empty. Most journals have none: no dict each.
+        self._started: dict[tuple[str, int], JournalEntry] | None = None
         seqs: set[int] = set()
         kept: list[JournalEntry | Mapping[str, Any]] = []
         questions: list[int] = []
+        started: list[JournalEntry] = []
         for raw in entries:
             if isinstance(raw, Mapping) and raw.get("abandoned"):
                 seq = _abandoned_seq(raw)
                 seqs.add(seq)
                 if raw.get("kind") == "elicit":
                     questions.append(seq)
+            elif isinstance(raw, Mapping) and raw.get("started"):
+                started.append(_started_entry(raw))
             else:
                 kept.append(raw)
         if questions:
@@ -172,6 +196,8 @@ class Journal:
         for entry in parsed:
             if entry.pos is not None:
                 self._add(entry, seqs)
+        for entry in started:
+            self._add_started(entry, seqs)
         # A new call's journal is empty: one shared empty frozenset, not a set of its own
         # (``frozenset()`` makes a new one each time since Python 3.10: 216 bytes a call).
         self._unconsumed: set[tuple[str, int]] | frozenset[tuple[str, int]] = (
@@ -189,6 +215,18 @@ class Journal:
             )
         seqs.add(entry.seq)
         self._entries[(entry.scope, entry.pos)] = entry
+
+    def _add_started(self, entry: JournalEntry, seqs: set[int]) -> None:
+        assert entry.pos is not None
+        if entry.seq in seqs:
+            raise ValueError(f"journal has two entries with seq {entry.seq}")
+        slot = (entry.scope, entry.pos)
+        if slot in self._entries:  # finished after all: its result is what counts
+            return
+        seqs.add(entry.seq)
+        if self._started is None:
+            self._started = {}
+        self._started[slot] = entry
 
     @property
     def replaying(self) -> bool:
@@ -218,6 +256,8 @@ class Journal:
         gone = sorted((e for e in self._entries.values() if e.seq >= seq), key=lambda e: e.seq)
         for entry in gone:
             del self._entries[(entry.scope, entry.pos or 0)]
+        if self._started:
+            self._started = {s: e for s, e in self._started.items() if e.seq < seq} or None
         questions = [e.seq for e in gone if e.kind == "elicit"]
         if self._asking is not None and self._asking >= seq:
             questions.append(self._asking)
@@ -247,10 +287,38 @@ class Journal:
             self._unconsumed.discard((scope, pos))
         return entry
 
+    def started(self, scope: str, pos: int, key: str, digest: str) -> JournalEntry | None:
+        """The start on record of the step at (``scope``, ``pos``) whose result is not (an
+        interrupted run's), if there is one; a different step there raises divergence."""
+        entry = self._started.get((scope, pos)) if self._started else None
+        if entry is None:
+            return None
+        if entry.key != key:
+            raise ReplayDivergence(self._tool, scope, pos, entry.describe(), f"step {key!r}")
+        if entry.digest is not None and entry.digest != digest:
+            raise ReplayDivergence(
+                self._tool,
+                scope,
+                pos,
+                f"{entry.describe()} (request digest {entry.digest[:12]})",
+                f"step {key!r} with {_DIGESTED['step']} (request digest {digest[:12]})",
+            )
+        return entry
+
+    def note_raised(self, entry: JournalEntry) -> None:
+        """A live step's function raised (``entry``'s result: ``RAISED``): a replay from here
+        runs it again."""
+        assert entry.pos is not None
+        if self._started is None:
+            self._started = {}
+        self._started[(entry.scope, entry.pos)] = entry
+
     def add(self, entry: JournalEntry) -> None:
         """Keep a live call's entry (after its store accepted it)."""
         assert entry.pos is not None
         self._entries[(entry.scope, entry.pos)] = entry
+        if self._started:
+            self._started.pop((entry.scope, entry.pos), None)
         if entry.seq == self._asking:
             self._asking = None
 
@@ -263,6 +331,19 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _started_entry(data: Mapping[str, Any]) -> JournalEntry:
+    """A step's start on record (``started``: no result is), as an entry whose result is
+    empty, or says that its function raised (``RAISED``)."""
+    result = data.get("result")
+    raised = (
+        {RAISED: str(result[RAISED])} if isinstance(result, Mapping) and RAISED in result else {}
+    )
+    entry = JournalEntry.from_dict({**data, "result": raised})
+    if entry.kind != "step" or entry.pos is None:
+        raise ValueError(f"journal entry {entry.seq}: only a step with a position can be started")
+    return entry
 
 
 def _abandoned_seq(data: Mapping[str, Any]) -> int:
@@ -281,8 +362,12 @@ class JournalStore(Protocol):
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         """Make ``entry`` durable, or raise (``ClaimLost`` if another worker holds the call)."""
 
-    async def check_held(self, session: PluginSession) -> None:
-        """Before a step's side effect: raise ``ClaimLost`` if this worker lost the call."""
+    async def start_step(
+        self, session: PluginSession, entry: JournalEntry, request: dict[str, Any]
+    ) -> None:
+        """Put a step's start on record (``entry``, its result empty; ``request``: its
+        arguments, for operators) before its side effect runs, or raise (``ClaimLost`` if
+        another worker holds the call: the side effect never runs here)."""
 
     async def fork(self, session: PluginSession, seq: int) -> None:
         """Mark the entries from ``seq`` on abandoned (kept, never replayed), or raise."""
@@ -294,7 +379,9 @@ class MemoryJournalStore:
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         return None
 
-    async def check_held(self, session: PluginSession) -> None:
+    async def start_step(
+        self, session: PluginSession, entry: JournalEntry, request: dict[str, Any]
+    ) -> None:
         return None
 
     async def fork(self, session: PluginSession, seq: int) -> None:

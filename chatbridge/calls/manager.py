@@ -20,6 +20,7 @@ from chatbridge.author.tools import McpTool
 from chatbridge.calls.journal import JournalEntry, JournalStore, MemoryJournalStore
 from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
+from chatbridge.calls.question import MAX_REFUSED_ANSWERS
 from chatbridge.calls.sessions import Clock, PluginSession, SessionInfo
 
 __all__ = ["SessionManager"]
@@ -36,6 +37,8 @@ class SessionManager:
             (``None`` disables expiry).
         url_links: hands out the links of URL questions (``ctx.elicit_url``); without it
             such a question stops the call with ``UrlQuestionsUnavailable``.
+        max_refused: refused answers a question takes before it closes and its call fails
+            with ``TooManyRefusedAnswers``, on every transport (``None`` or 0: no limit).
     """
 
     def __init__(
@@ -47,9 +50,13 @@ class SessionManager:
         observer: SessionObserver | None = None,
         journal_store: JournalStore | None = None,
         url_links: UrlLinks | None = None,
+        max_refused: int | None = MAX_REFUSED_ANSWERS,
     ) -> None:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive or None, got {idle_timeout!r}")
+        if max_refused is not None and max_refused < 0:
+            raise ValueError(f"max_refused must be 0 or more, or None, got {max_refused!r}")
+        self.max_refused = max_refused or None
         self.sampler: Sampler = sampler or LiteLLMSampler()
         self.idle_timeout = idle_timeout
         self.observer = observer
@@ -59,7 +66,8 @@ class SessionManager:
         self._sessions: dict[str, PluginSession] = {}
         self._on_finish = self._forget  # one bound method for every session, not one each
         self._reaper: asyncio.Task[None] | None = None
-        self._parked: set[str] = set()  # ended here as parked (see ``handed_over``)
+        # Ended here as parked, oldest first, until resumed here (see ``handed_over``).
+        self._parked: dict[str, None] = {}
 
     async def create(
         self,
@@ -98,8 +106,10 @@ class SessionManager:
             url_links=self.url_links,
             abort_requested=abort_requested,
             refused_on_record=refused_on_record,
+            max_refused=self.max_refused,
         )
         self._sessions[call_id] = session
+        self._parked.pop(call_id, None)  # resumed here: no longer handed over
         await observe(self.observer, lambda o: o.session_started(session))
         session.start()
         self._ensure_reaper()
@@ -121,6 +131,10 @@ class SessionManager:
     ) -> None:
         """Abort a live session; ``SessionNotFound`` if there is none."""
         await self.require(session_id).abort(reason, by=by)
+
+    def sessions(self) -> list[PluginSession]:
+        """Every live session (a copy of the list: sessions may end meanwhile)."""
+        return list(self._sessions.values())
 
     def list_active(self) -> list[SessionInfo]:
         """Snapshots of every live session, oldest first."""
@@ -187,19 +201,22 @@ class SessionManager:
 
     def handed_over(self, session_id: str) -> bool:
         """Did a session of this id end here without ending on record (parked while its
-        call goes on elsewhere or later)? Asked once: the answer is forgotten."""
-        if session_id in self._parked:
-            self._parked.remove(session_id)
-            return True
-        return False
+        call goes on elsewhere or later), and has it not been resumed here since? Asked as
+        often as needed: a resume that could not happen yet (the database still away, the
+        conversation's turn still unwinding) is tried again."""
+        return session_id in self._parked
+
+    def handed_over_ids(self) -> list[str]:
+        """Every call ``handed_over`` says yes of, oldest first."""
+        return list(self._parked)
 
     def _forget(self, session: PluginSession) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
             if session.parked:
-                self._parked.add(session.id)
+                self._parked[session.id] = None
                 while len(self._parked) > 10_000:  # bounded: only the latest matter
-                    self._parked.pop()
+                    del self._parked[next(iter(self._parked))]
 
     def _ensure_reaper(self) -> None:
         reaper = self._reaper

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, assert_nev
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from chatbridge.author.exceptions import TooManyRefusedAnswers
+
 if TYPE_CHECKING:
     from chatbridge.calls.journal import JournalEntry
 
@@ -32,6 +34,7 @@ __all__ = [
     "Denied",
     "Failed",
     "Outcome",
+    "RefusedAnswers",
     "Stopper",
     "aborted",
     "call_status",
@@ -108,12 +111,24 @@ class Aborted(_Outcome):
     reason: str = ""
 
 
+class RefusedAnswers(_Outcome):
+    """Why a call failed with ``TooManyRefusedAnswers``: its question ``key`` closed after
+    ``count`` refused answers; ``why``: the last refusal's errors, in words for a person."""
+
+    key: str
+    count: int
+    why: str = ""
+
+
 class Failed(_Outcome):
-    """The tool raised ``error_type`` with ``message`` (for logs and the admin)."""
+    """The tool raised ``error_type`` with ``message`` (for logs and the admin); ``refused``:
+    the answers to its question were refused as often as a question allows (the chat's card,
+    the model's tool message and MCP results say so in words)."""
 
     kind: Literal["failed"] = "failed"
     error_type: str
     message: str
+    refused: RefusedAnswers | None = None
 
     @property
     def error(self) -> str:
@@ -164,7 +179,10 @@ def failed(cause: BaseException | None, error: str) -> Failed:
     ``error`` is kept whole as the message, not read back into a type."""
     if cause is None:
         return Failed(error_type="", message=error)
-    return Failed(error_type=type(cause).__name__, message=str(cause))
+    refused = None
+    if isinstance(cause, TooManyRefusedAnswers):
+        refused = RefusedAnswers(key=cause.key, count=cause.refused, why=cause.why)
+    return Failed(error_type=type(cause).__name__, message=str(cause), refused=refused)
 
 
 def describe(outcome: Outcome) -> str:

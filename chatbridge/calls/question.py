@@ -7,6 +7,12 @@ and a URL question's page all hand answers to it (through the session), and it v
 one once, against the key's model with the question's context. An answer it has validated is
 not validated again when it comes back (the chat's form checks a post before its handler
 returns it).
+
+It also owns the one attempts policy of every transport: a question takes ``limit`` refused
+answers (``CHATBRIDGE_MAX_REFUSED_ANSWERS``, by way of the ``SessionManager``); the refusal that
+reaches it closes the question by itself, no host deciding: the tool gets
+``TooManyRefusedAnswers`` where it asked (the call fails, a committed one compensates), and so
+does whoever handed in that answer, instead of the usual ``ElicitValidationError``.
 """
 
 from __future__ import annotations
@@ -24,9 +30,14 @@ from chatbridge.author.elicit import (
     result_to_dict,
     validate_result,
 )
-from chatbridge.author.exceptions import ElicitValidationError
+from chatbridge.author.exceptions import ElicitValidationError, TooManyRefusedAnswers
 
-__all__ = ["FieldErrors", "Question", "Refusal"]
+__all__ = ["MAX_REFUSED_ANSWERS", "FieldErrors", "Question", "Refusal"]
+
+# Refused answers a question takes before it closes, when nothing else is configured: enough
+# for a person to read the errors and fix a typo or two, few enough that a client sending the
+# same bad answer again and again is stopped within seconds (``CHATBRIDGE_MAX_REFUSED_ANSWERS``).
+MAX_REFUSED_ANSWERS = 5
 
 FieldErrors = dict[str, list[str]]
 _NO_ERRORS: Mapping[str, list[str]] = MappingProxyType({})
@@ -42,7 +53,8 @@ class Refusal:
 
 class Question:
     """An open question (see the module docstring); ``attempts`` starts from the refusals on
-    record when a resumed call asks it again."""
+    record when a resumed call asks it again; ``limit``: the refused answers it takes (None or
+    0: as many as it gets)."""
 
     __slots__ = (  # one per open question: no dict
         "_checked",
@@ -52,14 +64,21 @@ class Question:
         "by_page",
         "error",
         "errors",
+        "limit",
         "refusals",
+        "refused_too_often",
         "request",
         "shown",
     )
 
-    def __init__(self, request: ElicitRequest, *, attempts: int = 0) -> None:
+    def __init__(
+        self, request: ElicitRequest, *, attempts: int = 0, limit: int | None = None
+    ) -> None:
         self.request = request
         self.attempts = attempts  # refused answers, counted here and nowhere else
+        self.limit = limit
+        # Why it closed, when its answers were refused as often as it takes.
+        self.refused_too_often: TooManyRefusedAnswers | None = None
         self.refusals: tuple[Refusal, ...] = ()  # most questions see none: no list each
         self.error: ElicitValidationError | None = None  # the last refusal by the model
         # The last refusal's field errors, whoever refused it (none yet: one shared empty map).
@@ -76,17 +95,19 @@ class Question:
 
     @property
     def open(self) -> bool:
-        """Not answered, expired or failed yet."""
+        """Not answered, expired, failed or refused too often yet."""
         return not self._future.done()
 
     @property
     def ended(self) -> bool:
-        """Closed by an answer, an expiry or an abort (not cancelled: parked)."""
+        """Closed by an answer, an expiry, an abort or its refused answers (not cancelled:
+        parked)."""
         return self._future.done() and not self._future.cancelled()
 
     def check(self, result: ElicitResult[Any] | Mapping[str, Any]) -> ElicitResult[Any]:
         """``result`` validated for this question (a JSON form is parsed first); a refused
-        answer is counted and kept before ``ElicitValidationError`` is raised."""
+        answer is counted and kept before ``ElicitValidationError`` is raised, or
+        ``TooManyRefusedAnswers`` when it was the last one the question takes."""
         model = self.request.schema.model
         if isinstance(result, Mapping):
             raw = result
@@ -99,6 +120,8 @@ class Question:
                 content = raw.get("content")
                 data = dict(content) if isinstance(content, Mapping) else {}
                 self.refuse(data, error.field_errors(), error)
+                if self.refused_too_often is not None:
+                    raise self.refused_too_often from error
                 raise error from None
         if result.accepted and result.content is self._checked:
             return result  # validated here already (a form's post, returned by its handler)
@@ -106,6 +129,8 @@ class Question:
             validated = validate_result(result, model, self.id, context=self.request.context)
         except ElicitValidationError as exc:
             self.refuse(result_to_dict(result).get("content") or {}, exc.field_errors(), exc)
+            if self.refused_too_often is not None:
+                raise self.refused_too_often from exc
             raise
         if validated.accepted:
             self._checked = validated.content
@@ -114,13 +139,18 @@ class Question:
     def refuse(
         self, data: dict[str, Any], errors: FieldErrors, error: ElicitValidationError | None = None
     ) -> Refusal:
-        """Count a refused answer (by the model, or by a form's own checks before it)."""
+        """Count a refused answer (by the model, or by a form's own checks before it); the one
+        that reaches ``limit`` closes the question (``refused_too_often`` says why)."""
         refusal = Refusal(dict(data), errors)
         self.attempts += 1
         self.refusals += (refusal,)
         self.errors = errors
         if error is not None:
             self.error = error
+        if self.limit and self.attempts >= self.limit and self.open:
+            closed = TooManyRefusedAnswers(self.id, self.request.key, self.attempts, errors)
+            self.refused_too_often = closed
+            self._future.set_exception(closed)  # raised in the tool where it asked
         return refusal
 
     def settle(self, result: ElicitResult[Any]) -> None:

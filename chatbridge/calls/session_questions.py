@@ -23,6 +23,7 @@ from chatbridge.author.exceptions import (
     ElicitNotPending,
     ElicitValidationError,
     SessionAborted,
+    TooManyRefusedAnswers,
     UrlQuestionsUnavailable,
     technical_errors,
 )
@@ -55,6 +56,7 @@ class SessionQuestions:
     id: str
     call_id: str
     meta: dict[str, str]
+    max_refused: int | None  # refused answers a question takes (None: no limit)
     observer: SessionObserver | None
     _question: Question | None  # the open question
     _last: Question | None  # the question asked last (open or closed)
@@ -110,11 +112,12 @@ class SessionQuestions:
         self, elicit_id: ElicitId | str, result: ElicitResult[Any] | Mapping[str, Any]
     ) -> ElicitResult[Any]:
         """``result`` validated for the open question ``elicit_id`` without answering it (a
-        form checks each post so); a refused answer is counted, reported and raised."""
+        form checks each post so); a refused answer is counted, reported and raised (the last
+        one the question takes as ``TooManyRefusedAnswers``: it has closed)."""
         question = self._open(str(elicit_id))
         try:
             return question.check(result)
-        except ElicitValidationError:
+        except (ElicitValidationError, TooManyRefusedAnswers):
             await self._report_refusal(question)
             raise
 
@@ -123,10 +126,21 @@ class SessionQuestions:
         return QuestionAnswers(self, str(elicit_id))
 
     async def refused(self, elicit_id: str, data: dict[str, Any], errors: FieldErrors) -> None:
-        """A form's own check (before the model's) refused an answer to the open question."""
+        """A form's own check (before the model's) refused an answer to the open question;
+        ``TooManyRefusedAnswers`` when it was the last one the question takes."""
         question = self._open(elicit_id)
         question.refuse(data, errors)
         await self._report_refusal(question)
+        if question.refused_too_often is not None:
+            raise question.refused_too_often
+
+    def refused_too_often(self, elicit_id: ElicitId | str) -> TooManyRefusedAnswers | None:
+        """Why this call's question ``elicit_id`` closed, if its answers were refused as often
+        as a question allows (hosts tell whoever answered last)."""
+        last = self._last
+        if last is not None and last.id == str(elicit_id):
+            return last.refused_too_often
+        return None
 
     async def respond_to_elicit(
         self,
@@ -135,7 +149,8 @@ class SessionQuestions:
         *,
         by_page: bool = False,
     ) -> None:
-        """Answer the open question; invalid content raises and leaves it open.
+        """Answer the open question; invalid content raises and leaves it open, unless it was
+        the last refused answer the question takes (``TooManyRefusedAnswers``: it closed).
 
         A URL question (``ctx.elicit_url``) takes ``Accept`` only from its page (``by_page``):
         a host may decline or cancel it, never answer it.
@@ -227,7 +242,7 @@ class SessionQuestions:
         restored, self._refused_on_record = self._refused_on_record, None
         if restored is not None and restored[0] == str(request.id):
             attempts = restored[1]  # its refusals on record: it keeps counting from there
-        question = Question(self.offered(request), attempts=attempts)
+        question = Question(self.offered(request), attempts=attempts, limit=self.max_refused)
         self._question = self._last = question
         try:
             if request.mode == "url":

@@ -41,6 +41,7 @@ class SessionStops:
     _state: CallState
     _task: asyncio.Task[None] | None
     _terminal: SessionEvent | None
+    _ending: SessionEvent | None
     _parked: bool
 
     if TYPE_CHECKING:  # the session's own, used here
@@ -52,7 +53,7 @@ class SessionStops:
 
         def _finish(self, event: SessionEvent, status: Any) -> None: ...
 
-        async def _observe_end(self) -> None: ...
+        async def _end(self, event: SessionEvent, status: Any) -> None: ...
 
     @property
     def abort_requested(self) -> tuple[str, str | None] | None:
@@ -69,7 +70,7 @@ class SessionStops:
 
     def abort_decision(self) -> AbortDecision:
         """What ``abort()`` would do now (nothing changes)."""
-        if self._terminal is not None:
+        if self._terminal is not None or self._ending is not None:
             return "ended"
         if not self._guard.committed:
             return "aborted"
@@ -104,7 +105,7 @@ class SessionStops:
 
     async def stop(self, reason: str = "aborted", *, by: str | None = None) -> AbortDecision:
         """``abort`` without waiting for the tool to end: what it decided, at once."""
-        if self._terminal is not None:
+        if self._terminal is not None or self._ending is not None:
             return "ended"
         if self._state.aborted is None and not self._guard.committed:
             await self._page_answered()
@@ -121,8 +122,7 @@ class SessionStops:
             elif self._task is not None:
                 self._task.cancel(reason)
         if self._task is None:
-            self._finish(AbortedEvent(self.id, reason), "aborted")
-            await self._observe_end()
+            await self._end(AbortedEvent(self.id, reason), "aborted")
         return "aborted"
 
     async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision:
@@ -154,8 +154,12 @@ class SessionStops:
         suspended on record (its journal is durable), to be resumed by replay elsewhere."""
         if self._terminal is not None:
             return
-        self._parked = True
         task = self._task
+        if self._ending is not None:  # its end is being put on record: let it be
+            if task is not None and task is not asyncio.current_task():
+                await asyncio.wait({task})
+            return
+        self._parked = True
         if task is not None and task is not asyncio.current_task():
             task.cancel("parked")
             await asyncio.wait({task})
@@ -174,10 +178,14 @@ class SessionStops:
         return await compensate(self._state, self._guard)
 
     def _hand_over(self, cause: BaseException) -> bool:
-        """A committed call whose journal cannot be written here (the database is away, or
-        another worker took the call) does not end: it stays on record, committed, and is
-        finished by whichever worker resumes it. True if so (it ended here as parked)."""
-        if not self._guard.committed or not isinstance(cause, JournalWriteFailed | ClaimLost):
+        """A call whose journal cannot be written here (the database is away, or another
+        worker took the call) does not end if it committed, or if a step ran whose result
+        could not be recorded (its effect may stand): it stays on record and is finished by
+        whichever worker resumes it (this one, once the database is back). True if so (it
+        ended here as parked)."""
+        if not isinstance(cause, JournalWriteFailed | ClaimLost):
+            return False
+        if not (self._guard.committed or self._state.unsettled):
             return False
         logger.warning("committed call %s handed over: %s", self.id, cause)
         self._parked = True

@@ -50,7 +50,7 @@ from chatbridge.calls.journal import (
 from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import Outcome, aborted, completed, failed
-from chatbridge.calls.question import Question
+from chatbridge.calls.question import MAX_REFUSED_ANSWERS, Question
 from chatbridge.calls.session_changes import AnswerChanged, SessionChanges
 from chatbridge.calls.session_events import SessionEvents
 from chatbridge.calls.session_info import SessionInfo, SessionStatus
@@ -71,6 +71,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
         "_changed",
         "_clock",
         "_denial",
+        "_ending",
         "_events",
         "_guard",
         "_journal",
@@ -93,6 +94,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
         "created_at",
         "id",
         "journal_store",
+        "max_refused",
         "meta",
         "observer",
         "params",
@@ -116,6 +118,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
         url_links: UrlLinks | None = None,
         abort_requested: tuple[str, str | None] | None = None,
         refused_on_record: tuple[str, int] | None = None,
+        max_refused: int | None = MAX_REFUSED_ANSWERS,
     ) -> None:
         self.tool = tool
         self.id = self.call_id = call_id
@@ -143,12 +146,15 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
         self._events: list[SessionEvent] | None = None
         self._wakeups: list[asyncio.Future[None]] | None = None  # while someone waits
         self._terminal: SessionEvent | None = None
+        # The end decided and being put on record: hosts hear of it once it is (DESIGN §11).
+        self._ending: SessionEvent | None = None
         # The open question (it keeps its refused answers and what a host showed), the last
         # one asked (hosts tell an answer its page reported from an expiry by it), and the
         # refusals on record of the question a resumed call asks again.
         self._question: Question | None = None
         self._last: Question | None = None
         self._refused_on_record = refused_on_record
+        self.max_refused = max_refused or None  # refused answers a question takes (0: no limit)
         self._task: asyncio.Task[None] | None = None
         self._parked = False
         self._changed: tuple[str, Change] | None = None  # the last change of an answer
@@ -235,10 +241,17 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
                 await observe(self.observer, lambda o: o.status_changed(self))
 
     async def requested(self, seq: int, kind: EntryKind, key: str, request: dict[str, Any]) -> None:
-        if kind == "step":  # a side effect runs only while this worker holds the call
-            await self._durably(self.journal_store.check_held(self))
         await observe(
             self.observer, lambda o: o.capability_requested(self, seq, kind, key, request)
+        )
+
+    async def step_started(self, entry: JournalEntry, request: dict[str, Any]) -> None:
+        # On record first, fenced by the lease: a side effect runs only while this worker
+        # holds the call, and a run interrupted after it finds the step started.
+        await self._durably(self.journal_store.start_step(self, entry, request))
+        await observe(
+            self.observer,
+            lambda o: o.capability_requested(self, entry.seq, "step", entry.key, request),
         )
 
     async def recorded(self, entry: JournalEntry) -> None:
@@ -291,17 +304,16 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
             result = to_json_value(raw, f"The result of tool {self.tool_name!r}")
         except SessionAborted as exc:
             note = await self._compensated()
-            self._finish(AbortedEvent(self.id, exc.reason, commitment=note), "aborted")
+            await self._end(AbortedEvent(self.id, exc.reason, commitment=note), "aborted")
         except asyncio.CancelledError:
             if self._parked:  # not an end of the call: nothing is observed or recorded
                 self._finish(AbortedEvent(self.id, PARKED), "aborted")
                 raise
             aborted = self._state.aborted
-            self._finish(
-                AbortedEvent(self.id, aborted.reason if aborted else "cancelled"), "aborted"
-            )
             if aborted is None:
+                self._finish(AbortedEvent(self.id, "cancelled"), "aborted")
                 raise
+            await self._end(AbortedEvent(self.id, aborted.reason), "aborted")
         except Exception as exc:  # any tool bug ends the session as failed, never the process
             if not isinstance(exc, ChatBridgeError):
                 logger.exception("tool %s (session %s) raised", self.tool_name, self.id)
@@ -310,23 +322,21 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
                 return
             note = await self._compensated()
             error = f"{type(cause).__name__}: {cause}"
-            self._finish(FailedEvent(self.id, error, cause, commitment=note), "failed")
+            await self._end(FailedEvent(self.id, error, cause, commitment=note), "failed")
         else:
             stopped = self._state.stopped
             if self._state.aborted is not None:  # it swallowed SessionAborted
                 note = await self._compensated()
                 reason = self._state.aborted.reason
-                self._finish(AbortedEvent(self.id, reason, commitment=note), "aborted")
+                await self._end(AbortedEvent(self.id, reason, commitment=note), "aborted")
             elif stopped is not None:  # it swallowed the failed journal write
                 if self._hand_over(stopped):
                     return
-                self._finish(
-                    FailedEvent(self.id, f"{type(stopped).__name__}: {stopped}", stopped), "failed"
-                )
+                error = f"{type(stopped).__name__}: {stopped}"
+                await self._end(FailedEvent(self.id, error, stopped), "failed")
             else:
                 note = self._guard.note("finished") if self._guard.committed else None
-                self._finish(CompletedEvent(self.id, result, commitment=note), "completed")
-        await self._observe_end()
+                await self._end(CompletedEvent(self.id, result, commitment=note), "completed")
 
     async def _approve(self, ctx: ToolContext) -> None:
         """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""
@@ -339,7 +349,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
             )
 
     def _set_status(self, status: SessionStatus) -> None:
-        if self._terminal is None:
+        if self._terminal is None and self._ending is None:
             self._status = status
             self._touch()
 
@@ -349,19 +359,30 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
 
     def _emit(self, event: SessionEvent) -> bool:
         """Queue ``event`` for the host; False once the session has ended (it is dropped)."""
-        if self._terminal is not None:
+        if self._terminal is not None or self._ending is not None:
             return False
         self._touch()
         self._queue(event)
         self._wake()
         return True
 
-    async def _observe_end(self) -> None:
-        ended = self._terminal
-        assert ended is not None, "_finish ran first"
-        await observe(self.observer, lambda o: o.session_ended(self, ended))
+    async def _end(self, event: SessionEvent, status: SessionStatus) -> None:
+        """The call ends with ``event``: on record first (its observer, the recorder, writes
+        it and is waited for), then its hosts hear of it (``_finish``): nobody is told of an
+        end that a crash could still take back."""
+        if self._terminal is not None or self._ending is not None:
+            return
+        self._outcome = self._outcome_of(event)
+        self._status = status
+        self._touch()
+        self._ending = event
+        try:
+            await asyncio.shield(observe(self.observer, lambda o: o.session_ended(self, event)))
+        finally:
+            self._finish(event, status)
 
     def _finish(self, event: SessionEvent, status: SessionStatus) -> None:
+        """Announce the end (``_end`` has put it on record, or it is not one: parked)."""
         if self._terminal is not None:
             return
         self._outcome = self._outcome_of(event)

@@ -24,10 +24,10 @@ from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.languages import socket_language
-from chatbridge.chat.limits import TokenBucket, nul_refused, too_long_refused
+from chatbridge.chat.limits import MAX_MESSAGE_BYTES, nul_refused, take_each, too_long_refused
 from chatbridge.chat.rendering import SocketView, render_event
+from chatbridge.chat.socket_caps import SOCKETS, Seat
 from chatbridge.chat.socket_owner import socket_owner
-from chatbridge.conf import setting
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.protocol import (
     Abort,
@@ -43,6 +43,7 @@ from chatbridge.engine.protocol import (
     UserMessageCommand,
     parse_command,
 )
+from chatbridge.forwarded import client_network
 from chatbridge.records.outage import DatabaseUnavailable
 from chatbridge.records.url_links import remember_origin
 from chatbridge.runtime import current_runtime
@@ -51,13 +52,13 @@ __all__ = [
     "CLOSE_FORBIDDEN",
     "CLOSE_RATE_LIMITED",
     "CLOSE_TOO_LARGE",
+    "CLOSE_TOO_MANY",
     "MAX_MESSAGE_BYTES",
     "ChatConsumer",
 ]
 
 logger = logging.getLogger("chatbridge.chat")
 
-MAX_MESSAGE_BYTES = 64 * 1024
 MAX_STRIKES = 200  # commands over the rate limit before the socket is closed
 MAX_OUTBOX = 1000  # events waiting for a client that does not read before its socket closes
 # The application's own close codes. RFC 6455 leaves 4000-4999 to applications; a server may
@@ -66,6 +67,7 @@ MAX_OUTBOX = 1000  # events waiting for a client that does not read before its s
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_LARGE = 4009
 CLOSE_RATE_LIMITED = 4429
+CLOSE_TOO_MANY = 4429  # the visitor's or the address's sockets are at their cap
 CLOSE_TOO_SLOW = 4408  # the client did not read its events
 CLOSE_TRY_AGAIN = 1013  # "try again later": the database is away (the page reconnects)
 UNAVAILABLE = gettext_noop(
@@ -154,21 +156,30 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.json_mode = query.get("format") == ["json"]
         self.view = SocketView()
-        self.bucket = TokenBucket(setting("CHATBRIDGE_WS_RATE"), setting("CHATBRIDGE_WS_BURST"))
         self.strikes = 0
+        client = self.scope.get("client")  # the real one behind a trusted proxy (forwarded)
+        self.seat: Seat = SOCKETS.seat(client_network(str(client[0]) if client else ""))
+        if (too_many := self.seat.enter_network()) is not None:  # before any database read
+            await self._refuse_socket(too_many)
+            return
         try:
             owner, seen = await socket_owner(self.scope, self.conversation_id)
         except DatabaseUnavailable:  # the page connects again (its reconnect backs off)
             logger.warning(
                 "socket for conversation %s: the database is unavailable", self.conversation_id
             )
+            self.seat.leave()
             await self.close(code=CLOSE_TRY_AGAIN)
             return
-        if seen is None:
+        if seen is None or owner is None:
             logger.warning(
                 "refused socket for conversation %s (owner %s)", self.conversation_id, owner
             )
+            self.seat.leave()
             await self.close(code=CLOSE_FORBIDDEN)
+            return
+        if (too_many := self.seat.enter_visitor(owner)) is not None:
+            await self._refuse_socket(too_many)
             return
         # Events come to ``deliver``; they wait in the outbox until the state and the open
         # forms below are sent. The other workers learn that this one shows the conversation
@@ -194,8 +205,24 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 await self.disconnect(1011)
             raise
 
+    async def _refuse_socket(self, words: str) -> None:
+        """Too many sockets: said in words (the page shows them; a refused handshake would
+        only read as a network error), then closed. Nothing more is read or held."""
+        logger.warning(
+            "refused socket for conversation %s from %s: %s",
+            self.conversation_id,
+            self.seat.network or "an unknown address",
+            words,
+        )
+        self.seat.leave()
+        await self.accept()
+        await self.refuse("TOO_MANY_SOCKETS", words)
+        await self.close(code=CLOSE_TOO_MANY)
+
     async def disconnect(self, code: int) -> None:
         self.closed = True
+        if hasattr(self, "seat"):
+            self.seat.leave()
         if self._sender is not None:  # and forget it: its cancellation would keep us alive
             self._sender.cancel()
             self._sender = None
@@ -213,14 +240,12 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
-        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:  # a client that does this is broken
-            await self.refuse(
-                "TOO_LARGE",
-                _("Messages are limited to %(size)s KiB.") % {"size": MAX_MESSAGE_BYTES // 1024},
-            )
-            await self.close(code=CLOSE_TOO_LARGE)
+        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:  # a server started without the limit
+            words = _("Messages are limited to %(size)s KiB.") % {"size": MAX_MESSAGE_BYTES // 1024}
+            await self.refuse("TOO_LARGE", words)
+            await self.close(code=CLOSE_TOO_LARGE, reason=words)
             return
-        if not self.bucket.take():
+        if not take_each(self.seat.buckets):  # the visitor's rate, and the address's
             self.strikes += 1
             if self.strikes > MAX_STRIKES:
                 await self.refuse(
@@ -284,6 +309,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 command.text.strip() or command.text,
                 client_id=command.client_id,
                 queue=command.queue,
+                address=self.seat.network,
             )
         elif isinstance(command, ElicitResponseCommand):
             await hub.elicit_response(self.conversation_id, command)
@@ -297,9 +323,13 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await hub.stop(self.conversation_id)
         elif isinstance(command, EditMessage):
             text = command.text.strip() or command.text
-            await hub.edit_message(self.conversation_id, command.message_id, text)
+            await hub.edit_message(
+                self.conversation_id, command.message_id, text, address=self.seat.network
+            )
         elif isinstance(command, Regenerate):
-            await hub.regenerate(self.conversation_id, command.message_id)
+            await hub.regenerate(
+                self.conversation_id, command.message_id, address=self.seat.network
+            )
 
     async def refuse(self, code: RefusalCode, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))

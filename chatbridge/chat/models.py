@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext, gettext_noop
 
+from chatbridge.calls.journal import RAISED
 from chatbridge.calls.outcome import Outcome
 from chatbridge.engine.conversation import as_llm_message
 
@@ -29,15 +30,23 @@ class Conversation(models.Model):
         max_length=120, blank=True, default="", help_text="the worker running a turn (a lease)"
     )
     turn_expires = models.DateTimeField(null=True, blank=True)
+    turn_address = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="the client address (an IPv6 /64) that started the running turn",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-updated_at"]
-        # Caps per visitor count on these: chats started lately, and chats running a turn.
+        # Caps per visitor count on these: chats started lately, and chats running a turn;
+        # the cap per client address, on the chats its turns run in.
         indexes = [
             models.Index(fields=["owner", "created_at"], name="conversation_owner_age"),
             models.Index(fields=["owner", "turn_expires"], name="conversation_owner_turn"),
+            models.Index(fields=["turn_address", "turn_expires"], name="conversation_address_turn"),
         ]
 
     def __str__(self) -> str:
@@ -58,7 +67,8 @@ class QueueEntry(models.Model):
     """A message sent while a turn ran ("Send anyway"), waiting to start the next turn.
 
     One row per message, so queuing one is one INSERT whatever the queue holds; ``owner``
-    repeats the conversation's so the cap per visitor is counted on one index.
+    repeats the conversation's so the cap per visitor is counted on one index, and ``address``
+    (the sender's) the cap per client address.
     """
 
     conversation = models.ForeignKey(Conversation, related_name="queued", on_delete=models.CASCADE)
@@ -68,6 +78,9 @@ class QueueEntry(models.Model):
     )
     text = models.TextField()
     client_id = models.CharField(max_length=100, blank=True, default="")
+    address = models.CharField(
+        max_length=64, blank=True, default="", db_index=True, help_text="the sender's address"
+    )
     created_at = models.DateTimeField()
 
     class Meta:
@@ -256,9 +269,15 @@ class ToolSession(models.Model):
         Rows written before scopes existed have no ``pos``: they go out without scope, pos
         and digest, which ``Journal`` reads as the tool body's entries in ``seq`` order.
         Abandoned rows (a change of an earlier answer) go out marked so: never replayed, they
-        count in the numbers of later questions.
+        count in the numbers of later questions. A step whose start is on record and whose
+        result is not (the run was interrupted) goes out marked ``started``.
         """
-        return [r.entry() for r in self.journal.exclude(result=None, abandoned=0)]
+        rows = self.journal.filter(
+            models.Q(result__isnull=False)
+            | models.Q(abandoned__gt=0)
+            | models.Q(kind="step", pos__isnull=False)
+        )
+        return [r.entry() for r in rows]
 
 
 class JournalRecord(models.Model):
@@ -321,6 +340,8 @@ class JournalRecord(models.Model):
             data.update(scope=self.scope, pos=self.pos, digest=self.digest or None)
         if self.abandoned:
             data["abandoned"] = self.abandoned
+        elif self.kind == "step" and (self.result is None or RAISED in self.result):
+            data["started"] = True  # no result: interrupted, or its function raised
         return data
 
     @property

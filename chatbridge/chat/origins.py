@@ -18,6 +18,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
+from chatbridge.forwarded import use_forwarded_client
 
 __all__ = ["SameOriginValidator", "origin_allowed", "request_origin_allowed"]
 
@@ -91,7 +92,8 @@ def request_origin_allowed(
 class SameOriginValidator:
     """ASGI middleware for WebSocket routes: only the site's own pages, or pages of an origin
     in ``CSRF_TRUSTED_ORIGINS``, may connect; others are closed before the handshake (HTTP
-    403). The settings are read on each connection."""
+    403). The settings are read on each connection. Behind a trusted proxy the socket's scope
+    gets the client's address first (``chatbridge.forwarded``)."""
 
     def __init__(self, application: ASGIApp) -> None:
         self.application = application
@@ -99,6 +101,7 @@ class SameOriginValidator:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "websocket":
             raise ValueError(f"SameOriginValidator guards WebSockets, not {scope['type']!r}.")
+        use_forwarded_client(scope)
         trusted = list(getattr(settings, "CSRF_TRUSTED_ORIGINS", []))
         if request_origin_allowed(scope, _allowed_hosts(), trusted):
             await self.application(scope, receive, send)

@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, gettext_noop
 
 from chatbridge.author.elicit import ElicitRequest
-from chatbridge.author.human import field_label, human_value
+from chatbridge.author.human import field_label, human_value, refused_answers_text
 from chatbridge.calls.commitment import CommitmentNote
 from chatbridge.calls.outcome import (
     OUTCOME,
@@ -122,6 +122,15 @@ class ToolCallView:
     def denial_reason(self) -> str:
         """The reason the user gave when they denied the call ("" if none)."""
         return self.ended.reason if isinstance(self.ended, Denied) else ""
+
+    @property
+    def refused_text(self) -> str:
+        """How often the answer to its question was refused before the question closed, and
+        why, in words ("" unless that is how the call failed)."""
+        ended = self.ended
+        if not isinstance(ended, Failed) or ended.refused is None:
+            return ""
+        return refused_answers_text(ended.refused.count, ended.refused.why)
 
 
 BADGES = {

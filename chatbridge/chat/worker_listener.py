@@ -54,6 +54,7 @@ from chatbridge.chat.worker_messages import (
     PageAnswer,
     Ping,
     Pong,
+    Received,
     RelayRequest,
     RoundDone,
     RoundRequest,
@@ -101,10 +102,13 @@ class WorkerListener:
         serve_task: ServeTask,
         serve_round: ServeTask,
         relay: Relay | None = None,
+        on_joined: Callable[[], None] | None = None,
     ) -> None:
         self.manager, self.hub = manager, hub
         self.serve_task, self.serve_round = serve_task, serve_round
         self.relay = relay  # takes a legacy MCP request relayed here (mcp/session_relay.py)
+        # Told each time the listener (re)joins its groups: what it missed is on record.
+        self.on_joined = on_joined
         self._tasks: list[asyncio.Task[None]] = []
         self._deliveries: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -201,6 +205,8 @@ class WorkerListener:
         await join_round()
         viewers.settled()
         self.joined.set()
+        if self.on_joined is not None:
+            self.on_joined()
         self._later(_show_again())
         loop = asyncio.get_running_loop()
         said = loop.time()
@@ -231,8 +237,8 @@ class WorkerListener:
             await layer.send(message.reply_to, answer.model_dump(mode="json"))
 
         match message:
-            case AbortCall():
-                await self._abort(message, reply)
+            case AbortCall():  # carried out beside the listener: one abort may take seconds
+                self._later(self._abort(message, reply))
             case PageAnswer():
                 session = self.manager.get(message.call_id)
                 pending = session.pending if session is not None else None
@@ -263,10 +269,13 @@ class WorkerListener:
             case Hidden():
                 viewers.heard(message)
             case RoutedCommand():
+                await reply(Received(worker=WORKER_ID))  # it may take seconds: say it came
                 self._later(self._carry_out(message, reply))
             case TaskRequest():  # an MCP task held here (chatbridge.mcp.tasks)
+                await reply(Received(worker=WORKER_ID))
                 self._later(self._serve_task(message, reply))
             case RoundRequest():  # a 2026-07-28 retry of a call held here
+                await reply(Received(worker=WORKER_ID))
                 self._later(self._serve_round(message, reply))
             case ListSessions():
                 sessions = [
@@ -288,13 +297,18 @@ class WorkerListener:
         session = self.manager.get(message.session_id)
         if session is None:
             return  # another worker holds it, or none
-        await reply(Held(worker=WORKER_ID))  # say so at once, then what the abort decided
-        decision = await session.stop(message.reason, by=message.by)
-        commitment = session.commitment
-        said = abort_decision_text(decision, commitment.what) if commitment is not None else None
-        await reply(Aborted(worker=WORKER_ID, decision=decision, said=said))
-        if decision == "aborted":
-            await session.abort(message.reason, by=message.by)
+        try:
+            await reply(Held(worker=WORKER_ID))  # say so at once, then what the abort decided
+            decision = await session.stop(message.reason, by=message.by)
+            commitment = session.commitment
+            said = (
+                abort_decision_text(decision, commitment.what) if commitment is not None else None
+            )
+            await reply(Aborted(worker=WORKER_ID, decision=decision, said=said))
+            if decision == "aborted":
+                await session.abort(message.reason, by=message.by)
+        except Exception:  # the operator is told no decision came
+            logger.exception("abort of %s failed", message.session_id)
 
     async def _answer(self, conversation_id: str, command: ElicitResponseCommand) -> None:
         try:

@@ -223,6 +223,13 @@ class Aborted(_Reply):
     said: str | None = None  # for a call that has committed: what the operator is told
 
 
+class Received(_Reply):
+    """A routed request reached the worker it was sent to, which serves it now; its outcome
+    follows (the sender sends it again only while it hears nothing: a lost message)."""
+
+    type: Literal["workers.received"] = "workers.received"
+
+
 class Delivered(_Reply):
     type: Literal["workers.delivered"] = "workers.delivered"
 
@@ -273,7 +280,16 @@ class Sessions(_Reply):
 
 
 WorkerReply: TypeAlias = Annotated[
-    Held | Aborted | Delivered | Pong | Answered | CommandDone | TaskDone | RoundDone | Sessions,
+    Held
+    | Aborted
+    | Received
+    | Delivered
+    | Pong
+    | Answered
+    | CommandDone
+    | TaskDone
+    | RoundDone
+    | Sessions,
     Field(discriminator="type"),
 ]
 

@@ -26,6 +26,7 @@ from chatbridge.chat.worker_messages import (
     Held,
     ListSessions,
     PageAnswer,
+    Received,
     RoundDone,
     RoundRequest,
     RoutedAnswer,
@@ -39,7 +40,7 @@ from chatbridge.chat.worker_messages import (
     parse_reply,
 )
 from chatbridge.engine.protocol import Abort, Approve, Deny, ElicitResponseCommand, Stop
-from chatbridge.records.outage import db_call
+from chatbridge.records.outage import DatabaseUnavailable, db_call
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.records.store import worker_alive
 
@@ -60,6 +61,8 @@ WORKERS_GROUP = "chatbridge.workers"
 PEER_TIMEOUT = 1.5  # seconds a worker has to acknowledge a message routed to it
 FORWARD_TIMEOUT = 7.0  # an abort waits for the tool to stop (its grace is 5 s)
 ROUND_TIMEOUT = 30.0  # a retry may wait for a URL question's page (20 s) before it answers
+WATCH_SECONDS = 1.0  # how often a worker asked to answer is looked at, to see if it died
+ACK_SECONDS = 1.0  # a routed request not acknowledged this soon was lost, and is sent again
 
 
 def worker_group(worker: str) -> str:
@@ -157,16 +160,79 @@ async def deliver_page_answer(
 
 
 async def _ask_worker(
-    worker: str, message: WorkerRequest, timeout: float, what: str
+    worker: str, message: WorkerRequest, timeout: float, what: str, *, resend: bool = True
 ) -> WorkerReply | None:
-    """Send ``message`` to ``worker`` alone; its first reply, or None if it is gone or the
-    channel layer is down."""
+    """Send ``message`` to ``worker`` alone; its outcome, or None if it is gone (found dead
+    while it was to answer: at once, not at the end of ``timeout``) or cannot be reached. The
+    caller tells the two apart by asking whether the worker is alive.
+
+    The worker says ``Received`` as the message reaches it, then its outcome. A message not
+    acknowledged within ``ACK_SECONDS`` was lost (Redis restarted, and the worker's listener
+    had not joined its group again yet) and is sent again, until ``timeout``: the requests
+    sent so are each served once by their nature (a retry of a round or a task update names
+    its question, a command is carried out once). ``resend`` False: sent once (a chat's
+    answer: its sender tries again itself, and a copy would reach the person as a refusal)."""
+    asking = asyncio.ensure_future(_until_outcome(worker, message, timeout, resend))
+    watching = asyncio.ensure_future(_until_gone(worker))
     try:
-        replies = await _gather(message, timeout, 1, worker_group(worker))
-    except Exception as exc:  # the channel layer is down: the worker cannot be reached
+        await asyncio.wait({asking, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watching.cancel()
+        if not asking.done():
+            asking.cancel()
+        await asyncio.wait({asking, watching})
+    if asking.cancelled():
+        logger.warning("%s to %s: it died before it answered", what, worker)
+        return None
+    exc = asking.exception()
+    if exc is not None:  # the channel layer is down: the worker cannot be reached
         logger.warning("%s to %s failed: %s", what, worker, exc)
         return None
-    return replies[0] if replies else None
+    return asking.result()
+
+
+async def _until_outcome(
+    worker: str, message: WorkerRequest, timeout: float, resend: bool
+) -> WorkerReply | None:
+    """``message`` to ``worker``, sent again while it is not acknowledged; its outcome, or
+    None after ``timeout``."""
+    layer = get_channel_layer()
+    assert layer is not None
+    reply_to = await layer.new_channel()
+    sent = _sent(message, reply_to)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    received, first = False, True
+    while True:
+        if not received and (resend or first):
+            first = False
+            await layer.group_send(worker_group(worker), sent)
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return None
+        wait = remaining if received or not resend else min(ACK_SECONDS, remaining)
+        try:
+            reply = parse_reply(await asyncio.wait_for(layer.receive(reply_to), wait))
+        except TimeoutError:
+            if received:
+                return None
+            continue  # not acknowledged: lost on the way, sent again
+        if isinstance(reply, Received):
+            received = True
+        elif reply is not None:
+            return reply
+
+
+async def _until_gone(worker: str) -> None:
+    """Return once ``worker`` is found dead (its process gone on this host, or its heartbeat
+    stopped: ``worker_alive``); looked at every ``WATCH_SECONDS``."""
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        try:
+            if not await db_call(worker_alive, worker):
+                return
+        except DatabaseUnavailable:
+            continue  # the database is away: nobody is declared dead for it
 
 
 async def route_task(worker: str, request: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -209,7 +275,7 @@ class ChannelPeers:
         if worker == WORKER_ID or not worker:
             return None
         message = RoutedAnswer(conversation_id=conversation_id, command=command)
-        reply = await _ask_worker(worker, message, PEER_TIMEOUT, "routing an answer")
+        reply = await _ask_worker(worker, message, PEER_TIMEOUT, "routing an answer", resend=False)
         return reply.model_dump() if isinstance(reply, Answered) else None
 
     async def show(self, worker: str, conversation_id: str) -> None:

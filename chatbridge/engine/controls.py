@@ -75,22 +75,28 @@ class HubControls:
             *,
             new: bool = False,
             fork: Fork | None = None,
+            address: str = "",
         ) -> None: ...
 
-    async def edit_message(self, conversation_id: str, message_id: str, text: str) -> None:
+    async def edit_message(
+        self, conversation_id: str, message_id: str, text: str, *, address: str = ""
+    ) -> None:
         """Send the user's earlier message ``message_id`` again as ``text``: the conversation
-        forks there (what followed is kept as an earlier version) and a turn starts."""
-        await self._forked(conversation_id, text, (message_id, True))
+        forks there (what followed is kept as an earlier version) and a turn starts (capped
+        per visitor and per the sender's ``address``, as a new message's)."""
+        await self._forked(conversation_id, text, (message_id, True), address)
 
-    async def regenerate(self, conversation_id: str, message_id: str) -> None:
+    async def regenerate(self, conversation_id: str, message_id: str, *, address: str = "") -> None:
         """Write the last reply, ``message_id``, again (it is kept as an earlier version)."""
-        await self._forked(conversation_id, None, (message_id, False))
+        await self._forked(conversation_id, None, (message_id, False), address)
 
-    async def _forked(self, conversation_id: str, text: str | None, fork: Fork) -> None:
+    async def _forked(
+        self, conversation_id: str, text: str | None, fork: Fork, address: str
+    ) -> None:
         with self._held(conversation_id) as conv:
             while conv.starting is not None and not conv.running:
                 await conv.starting.wait()
-            await self._begin(conv, lost=[], text=text, new=True, fork=fork)
+            await self._begin(conv, lost=[], text=text, new=True, fork=fork, address=address)
 
     async def stop(self, conversation_id: str, *, routed: bool = False) -> None:
         """Stop the reply the model is writing in the conversation (the ``stop`` command), on

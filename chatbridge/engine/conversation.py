@@ -131,13 +131,16 @@ def too_many_running(limit: int) -> CommandRefused:
 
 
 class VisitorLimits(Protocol):
-    """Caps per visitor (the browser session or user owning conversations) on what holds
-    memory: the turns running in their chats, across every worker."""
+    """Caps per visitor (the browser session or user owning conversations) and per client
+    address on what holds memory: the turns running in their chats, across every worker."""
 
-    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        """``TurnLeases.take_turn`` for a turn a new message starts; ``too_many_running``'s
-        refusal when the visitor's other chats already run that many turns. Turns that
-        resume calls or start queued messages are not capped: they are the way out."""
+    async def take_new_turn(
+        self, conversation_id: str, replacing: str = "", *, address: str = ""
+    ) -> bool:
+        """``TurnLeases.take_turn`` for a turn a new message starts (sent from ``address``, ""
+        when not known); a ``TOO_MANY_RUNNING`` refusal when the visitor's other chats, or the
+        address's, already run that many turns. Turns that resume calls or start queued
+        messages are not capped: they are the way out."""
         ...
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -139,9 +140,11 @@ class ChatHub(HubControls):
         *,
         client_id: str | None = None,
         queue: bool = False,
+        address: str = "",
     ) -> None:
         """Start a turn for ``text``; refused while a turn runs here or on another worker,
         unless ``queue``: then the message is kept (durably) and starts the next turn.
+        ``address``: the sender's client address, which the caps per address count.
 
         A turn being started or resumed (a reconnecting socket checking for calls to resume)
         is waited for first: a message is refused only if a turn then runs.
@@ -150,11 +153,13 @@ class ChatHub(HubControls):
             while conv.starting is not None and not conv.running:
                 await conv.starting.wait()
             try:
-                await self._begin(conv, lost=[], text=text, client_id=client_id, new=True)
+                await self._begin(
+                    conv, lost=[], text=text, client_id=client_id, new=True, address=address
+                )
             except CommandRefused as refused:
                 if not queue or refused.code != "BUSY":
                     raise
-                message = QueuedMessage(uuid.uuid4().hex, text, client_id)
+                message = QueuedMessage(uuid.uuid4().hex, text, client_id, address)
                 await self.queue.enqueue(conv.id, message)
                 await self.sink(
                     conv.id,
@@ -309,17 +314,23 @@ class ChatHub(HubControls):
         queued: QueuedMessage | None = None,
         new: bool = False,
         fork: Fork | None = None,
+        address: str = "",
     ) -> None:
         """Take the conversation's lease and start a turn; BUSY if one runs anywhere. A turn
-        for a ``new`` message is capped per visitor (``VisitorLimits``). With ``fork``
-        (message id, edited), the conversation forks there first, holding the lease."""
+        for a ``new`` message is capped per visitor and per ``address`` (``VisitorLimits``).
+        With ``fork`` (message id, edited), the conversation forks there first, holding the
+        lease."""
         if self._closed:
             raise CommandRefused("SHUTTING_DOWN", SHUTTING_DOWN)
         if conv.busy:
             raise CommandRefused(
                 "BUSY", "Please wait for the current reply, or abort the running tool."
             )
-        take = self.limits.take_new_turn if new and self.limits else self.leases.take_turn
+        take = (
+            functools.partial(self.limits.take_new_turn, address=address)
+            if new and self.limits
+            else self.leases.take_turn
+        )
         conv.starting = asyncio.Event()  # at once: a second message now sees BUSY
         try:
             taken = await take(conv.id)

@@ -17,6 +17,7 @@ from chatbridge.author.exceptions import (
     DuplicateSession,
     ElicitNotPending,
     InvalidToolParams,
+    TooManyRefusedAnswers,
 )
 from chatbridge.author.language import gettext as _
 from chatbridge.author.plugins import Plugin, PluginContext, PluginRegistry
@@ -269,6 +270,13 @@ class ChatHost:
         closed = asyncio.create_task(session.question_closed(request.id))
         try:
             await asyncio.wait({handler, ended, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if session.refused_too_often(request.id) is not None:
+                # Its answers were refused as often as it takes: the call fails and its card
+                # says so. The form raised TooManyRefusedAnswers (or is about to): retrieved.
+                await asyncio.wait({handler, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if handler.done() and not handler.cancelled():
+                    handler.exception()
+                return
             if not handler.done():
                 if closed.done() and not ended.done():  # answered on its page, or expired
                     await self.runner.sink(conv.id, self._closed(session, request))
@@ -276,6 +284,8 @@ class ChatHost:
             try:
                 result = handler.result()
                 await session.respond_to_elicit(request.id, result)
+            except TooManyRefusedAnswers:  # (raised by the form) the call fails, saying why
+                return
             except ElicitNotPending:  # a URL question's page answered first: that answer counts
                 await asyncio.wait({ended, closed}, return_when=asyncio.FIRST_COMPLETED)
                 if closed.done() and not ended.done():

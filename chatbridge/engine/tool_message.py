@@ -19,12 +19,14 @@ from chatbridge.calls.outcome import (
     Denied,
     Failed,
     Outcome,
+    RefusedAnswers,
 )
 
 __all__ = [
     "DENIED_PREFIX",
     "NOT_QUOTED",
     "OPERATOR_PREFIX",
+    "REFUSED_PREFIX",
     "USER_STOPPED_PREFIX",
     "tool_message",
 ]
@@ -32,6 +34,7 @@ __all__ = [
 USER_STOPPED_PREFIX = "Stopped by the user:"
 DENIED_PREFIX = "Denied by the user:"
 OPERATOR_PREFIX = "Stopped by an operator:"
+REFUSED_PREFIX = "Answer refused:"
 NOT_QUOTED = " (Tell the user in plain words that it did not work; do not quote this error.)"
 # What the chat's Abort sends when the user typed no reason: not worth repeating to the model.
 _NO_REASON = ("aborted by the user", "aborted")
@@ -42,12 +45,26 @@ def _their(reason: str) -> str:
     return f" (their reason: {reason})" if reason and reason.lower() not in _NO_REASON else ""
 
 
+def _refused(refused: RefusedAnswers) -> str:
+    """A question closed after its answers were refused as often as it takes: the user's
+    doing, not a bug, so the model says why rather than apologise for an error."""
+    times = "once" if refused.count == 1 else f"{refused.count} times"
+    last = f" Last refusal: {refused.why}." if refused.why else ""
+    return (
+        f"{REFUSED_PREFIX} the user's answer to {refused.key!r} was refused {times}, as often "
+        f"as a question allows, so the tool call ended without finishing.{last} Tell the user "
+        "why in plain words; do not call the tool again unless they ask."
+    )
+
+
 def tool_message(outcome: Outcome, commitment: str = "") -> str:
     """The tool message for ``outcome``; ``commitment``: what became of a committed call, in
     words, which the model passes on to the user."""
     match outcome:
         case Completed() | Declined() | Cancelled():
             message = json.dumps(outcome.result, ensure_ascii=False)
+        case Failed(refused=RefusedAnswers() as refused):
+            message = _refused(refused)
         case Failed():
             message = f"Error: The tool failed: {outcome.error}{NOT_QUOTED}"
         case Denied():

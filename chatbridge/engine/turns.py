@@ -74,6 +74,7 @@ class QueuedMessage:
     id: str  # the message id it will have in the conversation
     text: str
     client_id: str | None = None
+    address: str = ""  # the sender's client address, for the cap per address ("": unknown)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "text": self.text, "client_id": self.client_id}

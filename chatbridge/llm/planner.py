@@ -5,7 +5,8 @@ whose object they do ("I need a flight"), fills the arguments from the tool's JS
 JFK to LAX", ``name: value``, "three cards" for its one number), summarises tool results and
 explains arguments a tool refused (``chatbridge.llm.replies`` words them), retries a lost
 session once (only on the system's own marker), says plainly when the user stopped or denied a
-call or an operator stopped it (never retrying those), and apologises for other tool errors
+call or an operator stopped it, or when a question closed after its answers were refused too
+often (never retrying those), and apologises for other tool errors
 without quoting them. Without tools on offer (``ctx.sample``) it writes one short deterministic
 answer to the prompt.
 
@@ -38,6 +39,7 @@ _LOST_SESSION = "error: plugin session was lost"
 _USER_STOPPED = "stopped by the user:"
 _DENIED = "denied by the user:"
 _OPERATOR = "stopped by an operator:"
+_REFUSED = "answer refused:"
 _TIPS = (
     "Arrive two hours before departure at {s}; security lines peak in the early morning.",
     "At {s}, keep your boarding pass on your phone and check the gate again after security.",
@@ -236,6 +238,18 @@ def _their_reason(content: str) -> str:
     return content[start + len("(their reason: ") : end]
 
 
+def _refused_answer(content: str) -> tuple[str, str]:
+    """How often the answer was refused ("5 times", "once") and the last refusal's words, from
+    the tool message of a call whose question closed so (``engine/tool_message.py``)."""
+    start = content.find(" was refused ")
+    times = content[start + len(" was refused ") :].split(",", 1)[0] if start >= 0 else ""
+    last, at = "", content.find("Last refusal: ")
+    if at >= 0:
+        end = content.find(". Tell the user why", at)
+        last = content[at + len("Last refusal: ") : end if end >= 0 else None]
+    return times[:40], last[:300]
+
+
 def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Reply:
     last = messages[-1]
     content = _text_of(last)
@@ -251,6 +265,13 @@ def _after_tool(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]])
         return Reply(
             f"OK, I did not {doing(name, gerund=False)}, as you asked. "
             "Tell me if you change your mind."
+        )
+    if folded.startswith(_REFUSED):
+        times, why = _refused_answer(content)
+        return Reply(
+            f"I stopped {doing(name, gerund=True)}: your answer was refused {times}"
+            + (f" (last refusal: {why})" if why else "")
+            + ". Tell me if you want to try again."
         )
     if folded.startswith(_OPERATOR):
         why = _their_reason(content)[:300]

@@ -39,7 +39,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from chatbridge.author.elicit import ElicitRequest
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.exits_wire import CHANGE_META, exits_meta
-from chatbridge.mcp.hosts import deliver, errors_text, from_wire
+from chatbridge.mcp.hosts import deliver, errors_text, from_wire, refused_too_often
 from chatbridge.mcp.results import error_of
 
 __all__ = [
@@ -207,6 +207,7 @@ async def answer(
     note = await deliver(
         session, request, from_wire(action, content if isinstance(content, dict) else {}, meta)
     )
+    note = note or refused_too_often(session, request)  # its last refused answer: closed
     if note:
         return error_of(note)
     return types.CallToolResult(

@@ -6,6 +6,8 @@ pages of other origins are refused. Who may call the tools is explicit: a user's
 server, or a deliberate ``public`` endpoint; with none of them, a request without a token is
 refused with a 403 that says how to open it. On a public endpoint a token of the client's own
 choosing binds its calls to it; a user's token that is unknown or revoked is refused there too.
+A request made with a user's token is served closable: when the token is revoked, what it has
+open here ends (``chatbridge.mcp.revocation``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -46,8 +49,9 @@ from chatbridge.mcp.caps import SessionCaps, opens_session
 from chatbridge.mcp.events import EventLog, MemoryEventLog, ResumableSessions
 from chatbridge.mcp.peer_watch import Peers
 from chatbridge.mcp.relay_wire import worker_tag
-from chatbridge.mcp.replay import ElsewhereReplay
+from chatbridge.mcp.replay import ElsewhereReplay, HeldEnd
 from chatbridge.mcp.resource import METADATA_PATHS, ResourceServer
+from chatbridge.mcp.revocation import Revocations, RevokedAmong, Subscribe, token_of
 from chatbridge.mcp.server import McpBridge
 from chatbridge.mcp.session_relay import SessionRelay
 from chatbridge.mcp.transport import quiet_session_ended, transport_security
@@ -55,6 +59,7 @@ from chatbridge.mcp.transport import quiet_session_ended, transport_security
 __all__ = ["McpEndpoint", "transport_security"]
 
 logger = logging.getLogger("chatbridge.mcp")
+_INVALID = "This bearer token is not valid here: unknown, or revoked."
 _CLOSED = (
     "MCP is not open on this server without a token: send Authorization: Bearer <your MCP "
     "token> (an administrator creates one for you in the admin, under MCP tokens), or, as the "
@@ -110,6 +115,9 @@ class McpEndpoint:
         events: EventLog | None = None,
         retry_ms: int = 1000,
         peers: Peers | None = None,
+        held_ends: HeldEnd | None = None,
+        revoked_among: RevokedAmong | None = None,
+        on_revocations: Subscribe | None = None,
     ) -> None:
         """``token``: the shared bearer token (its holder is the "operator"); ``public``: open
         to requests without a token; ``check_token``: users' own MCP tokens.
@@ -120,7 +128,10 @@ class McpEndpoint:
         ``events`` keeps what each SSE stream sent, for clients that reconnect (in this
         process unless given one that workers share); ``retry_ms`` is how long they wait.
         ``peers``: the other workers, to which requests for the legacy sessions they hold are
-        relayed (``mcp/session_relay.py``); without, this process is alone."""
+        relayed (``mcp/session_relay.py``); without, this process is alone.
+        ``revoked_among``: which users' tokens are revoked, on record; with it, what a revoked
+        token has open here ends (``mcp/revocation.py``), and ``on_revocations`` wakes that
+        check when a token is revoked in this process."""
         self.bridge = bridge
         self.resource_server = resource_server
         self.public = public
@@ -146,8 +157,15 @@ class McpEndpoint:
         # The per-caller count asks the SDK's own record of the sessions it holds (ended ones
         # leave it at once, however they end) rather than keep a copy that could drift.
         self.sessions = SessionCaps(sessions_per_caller, self.manager.holds)
-        self.replay = ElsewhereReplay(self.manager, self.events, self._security, retry_ms)
+        self.replay = ElsewhereReplay(
+            self.manager, self.events, self._security, retry_ms, held_ends=held_ends
+        )
         self.relay = None if peers is None else SessionRelay(peers, self._serve_held, self.manager)
+        self.revocations = (
+            Revocations(bridge.manager, revoked_among, subscribe=on_revocations)
+            if revoked_among is not None
+            else None
+        )
         self._token_digest = hashlib.sha256(token.encode()).digest() if token else None
         self._runner: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -178,6 +196,8 @@ class McpEndpoint:
         waiting.cancel()
         if self._runner.done():
             self._runner.result()  # raises why it could not start
+        if self.revocations is not None:
+            self.revocations.start()
 
     async def aclose(self, grace: float = 3.0) -> None:
         """Let requests being answered send their responses (up to ``grace`` seconds), then
@@ -185,6 +205,8 @@ class McpEndpoint:
         runner, self._runner = self._runner, None
         if runner is None or self._stop is None:
             return
+        if self.revocations is not None:
+            await self.revocations.aclose()
         if self._posts:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), grace)
@@ -244,11 +266,7 @@ class McpEndpoint:
             digest = hashlib.sha256(token.encode()).hexdigest()[:32]
             return Caller(f"bearer:{digest}", f"address:{address}", {"address": address})
         if found is None:
-            raise _unauthorized(
-                "This bearer token is not valid here: unknown, or revoked.",
-                invalid=True,
-                metadata=metadata,
-            )
+            raise _unauthorized(_INVALID, invalid=True, metadata=metadata)
         return dataclasses.replace(found, meta={**found.meta, "address": address})
 
     def _issued_here(self, token: str) -> bool:
@@ -318,6 +336,21 @@ class McpEndpoint:
                 await _refuse_with(send, refusal)
                 return
             enter(scope, caller)
+            token = token_of(caller.meta)
+            if token and self.revocations is not None:
+                refuse = functools.partial(self._refuse_revoked, scope)
+                await self.revocations.serve(token, self._route, scope, receive, send, refuse)
+                return
+        await self._route(scope, receive, send)
+
+    async def _refuse_revoked(self, scope: Scope, send: Send) -> None:
+        """The answer to a request whose token was revoked before anything was sent back."""
+        oauth = self.resource_server
+        metadata = oauth.metadata_url(scope) if oauth is not None else None
+        await _refuse_with(send, _unauthorized(_INVALID, invalid=True, metadata=metadata))
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request that may call: served here, or relayed to the worker holding its session."""
         if self._runner is None or self._runner.done():
             await _refuse(send, 503, {"error": "unavailable", "detail": "MCP is not running."})
             return

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
+import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -13,8 +15,9 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from chatbridge.calls.manager import SessionManager
-from chatbridge.calls.outcome import aborted, describe
-from chatbridge.chat.models import JournalRecord, ToolSession, aborted_row
+from chatbridge.calls.outcome import BY_SERVER, aborted, describe
+from chatbridge.calls.transports import HELD_BY_REQUEST, HOLDER_GONE
+from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.workers import route_round, route_task
 from chatbridge.conf import setting
@@ -22,13 +25,17 @@ from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller
 from chatbridge.mcp.events import EventLog, MemoryEventLog, RedisEventLog
 from chatbridge.mcp.resource import ResourceServer
-from chatbridge.mcp.results import StoredCall
+from chatbridge.mcp.results import StoredCall, recorded_result
 from chatbridge.mcp.server import McpBridge, McpSettings
 from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.tasks import TRANSPORT
+from chatbridge.records import lease
 from chatbridge.records.lease import WORKER_ID, CallLease
-from chatbridge.records.mcp_tokens import PREFIX, find_token
+from chatbridge.records.mcp_tokens import PREFIX, find_token, on_revocation, revoked_among
+from chatbridge.records.outage import db_call
 from chatbridge.records.store import worker_alive
+
+logger = logging.getLogger("chatbridge.mcp")
 
 __all__ = [
     "DjangoCallStore",
@@ -65,11 +72,39 @@ def _load(call_id: str) -> StoredCall | None:
     return _stored(row) if row is not None else None
 
 
+def _held_call_end(session_id: str, rpc_id: str) -> StoredCall | None:
+    """The call a legacy MCP request (``rpc_id`` of session ``session_id``) carried, if it has
+    ended on record, or ends now: a call whose worker is gone is ended here as the takeover's
+    sweep would (``HOLDER_GONE``; never a committed one, which is being finished). None while
+    it lives, or is being finished, or is not known."""
+    rows = ToolSession.objects.filter(client=session_id, transport__in=HELD_BY_REQUEST)
+    row = rows.filter(meta__rpc_id=rpc_id).order_by("-created_at").first()
+    if row is None:
+        return None
+    if row.status in ACTIVE_STATUSES:
+        if row.committed or worker_alive(row.worker):
+            return None
+        outcome = aborted(HOLDER_GONE, BY_SERVER, None)
+        error, now = describe(outcome), timezone.now()
+        ended = aborted_row(by=BY_SERVER, error=error, now=now, outcome=outcome)
+        if lease.end(row.id, row.worker, ended):
+            logger.info("MCP call %s: its worker %r is gone; ended on record", row.id, row.worker)
+        row.refresh_from_db()
+        if row.status in ACTIVE_STATUSES:
+            return None
+    return _stored(row)
+
+
 class DjangoCallStore:
     """MCP calls as the recorder persisted them: resumed by replay after a restart, by the
     worker that claims them (``chatbridge.records.lease``)."""
 
     worker = WORKER_ID
+
+    async def held_call_end(self, session_id: str, rpc_id: str) -> types.CallToolResult | None:
+        """The result for a legacy request whose call ended on record (see ``_held_call_end``)."""
+        stored = await db_call(_held_call_end, session_id, rpc_id)
+        return recorded_result(stored) if stored is not None else None
 
     async def load(self, call_id: str) -> StoredCall | None:
         return await sync_to_async(_load)(call_id)
@@ -137,6 +172,11 @@ async def check_user_token(secret: str) -> Caller | None:
     return Caller(owner.identity, owner.identity, owner.meta())
 
 
+async def revoked_tokens(token_ids: frozenset[str]) -> dict[str, str]:
+    """Which of these users' tokens are revoked, on record, and by whom."""
+    return await db_call(revoked_among, token_ids)
+
+
 def django_allowed_hosts() -> list[str]:
     """The hosts Django serves: ``ALLOWED_HOSTS``, or in debug with none set the local names
     Django itself then allows (``HttpRequest.get_host``)."""
@@ -182,6 +222,9 @@ def build_mcp_endpoint(manager: SessionManager) -> McpEndpoint:
         resource_server=_resource_server(),
         user_token_prefix=PREFIX,
         peers=store,  # requests for legacy sessions other workers hold are relayed to them
+        held_ends=store.held_call_end,  # a request's call ended on record, its worker gone
+        revoked_among=revoked_tokens,  # what a revoked token has open here ends
+        on_revocations=on_revocation,  # a revocation made here is acted on at once
     )
 
 

@@ -3,7 +3,8 @@
 Every MCP call is a ``PluginSession``; the MCP side only *drives* it, like the chat's
 ``ToolCallRunner``: it reads ``session.next_event()``, forwards logs and progress as
 notifications, puts questions to the client and hands answers back with
-``session.respond_to_elicit`` (the session validates and counts refused answers).
+``session.respond_to_elicit`` (the session's question validates and counts refused answers,
+and closes itself after as many as it takes: no carrier gives up on a question).
 
 - ``PushCarrier``: legacy clients that declare elicitation get ``elicitation/create``
   mid-call, with a timeout (the question expires: the tool sees Cancel).
@@ -21,7 +22,6 @@ clients that read ``_meta``; request notifications carry it as a field of their 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
@@ -43,6 +43,7 @@ from chatbridge.author.exceptions import (
     ChangeRefused,
     ElicitNotPending,
     ElicitValidationError,
+    TooManyRefusedAnswers,
     field_errors_text,
     refusal_text,
 )
@@ -57,19 +58,21 @@ from chatbridge.mcp.schemas import for_version, read_back
 from chatbridge.mcp.urls import answered_by_page, url_params
 
 __all__ = [
-    "MAX_ATTEMPTS",
     "Channel",
     "ClientGone",
     "PushCarrier",
     "CarrierHost",
     "deliver",
     "from_wire",
+    "refused_too_often",
     "wire_request",
 ]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-MAX_ATTEMPTS = 3  # refused answers to one question before it is given up as Cancel
+# Unanswered pings in a row after which a client counts as gone: three, a ping every 5 s with
+# 5 s to answer each, is half a minute, longer than a Redis restart that holds up the answers.
+PINGS_MISSED = 3
 
 Ask = Callable[[ElicitRequest, str], Awaitable[ElicitResult[Any] | None]]
 
@@ -113,9 +116,9 @@ def from_wire(
 
 
 async def deliver(session: PluginSession, request: ElicitRequest, answer: ElicitResult[Any]) -> str:
-    """Hand ``answer`` to the session. Returns "" when the question is settled (accepted, or
-    given up as Cancel after ``MAX_ATTEMPTS`` refused answers), else the note to ask again with.
-    """
+    """Hand ``answer`` to the session. Returns the note to ask again with, or "" when the
+    question is closed: settled, or its answers were refused as often as it takes (the call
+    fails; ``refused_too_often`` says so to whoever answered)."""
     try:
         if isinstance(answer, ChangeTo):
             await session.change(str(request.id), answer.target, by="its MCP client")
@@ -125,20 +128,20 @@ async def deliver(session: PluginSession, request: ElicitRequest, answer: Elicit
         question = session.question
         if question is not None:
             question.refuse({}, {"change": [str(exc)]})
-            if question.attempts < MAX_ATTEMPTS:
+            if question.open:
                 return str(exc)
-        with contextlib.suppress(ElicitNotPending):
-            await session.respond_to_elicit(request.id, Cancel())
     except ElicitValidationError as exc:
-        question = session.question
-        if question is not None and question.attempts < MAX_ATTEMPTS:
-            return errors_text(exc)
-        logger.info("%s: %d answers refused, giving up as Cancel", request.id, MAX_ATTEMPTS)
-        with contextlib.suppress(ElicitNotPending):
-            await session.respond_to_elicit(request.id, Cancel())
-    except ElicitNotPending:
-        pass  # aborted or expired meanwhile: the session's end says what happened
+        return errors_text(exc)
+    except (TooManyRefusedAnswers, ElicitNotPending):
+        pass  # closed (or aborted, expired meanwhile): the session's end says what happened
     return ""
+
+
+def refused_too_often(session: PluginSession, request: ElicitRequest) -> str:
+    """Why ``request`` closed, if its answers were refused as often as a question allows
+    (what the client that sent the last one is told), else ""."""
+    closed = session.refused_too_often(request.id)
+    return str(closed) if closed is not None else ""
 
 
 class Channel:
@@ -355,7 +358,10 @@ class PushCarrier:
 
 async def pinged_out(ctx: ServerRequestContext[Any, Any], every: float) -> None:
     """Ping the client of this request every ``every`` seconds on the request's stream; return
-    when it fails to answer one in as long (a client that crashed sends no close)."""
+    when it has answered none of ``PINGS_MISSED`` in a row (a client that crashed sends no
+    close). One unanswered ping says little: its answer may be stuck between two workers
+    while Redis is away a few seconds, the client being there all along."""
+    missed = 0
     while True:
         await asyncio.sleep(every)
         try:
@@ -366,5 +372,9 @@ async def pinged_out(ctx: ServerRequestContext[Any, Any], every: float) -> None:
                 metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
             )
         except MCPError as exc:
-            logger.info("MCP client did not answer a ping: %s", exc.error.message)
-            return
+            missed += 1
+            logger.info("MCP client did not answer a ping (%d): %s", missed, exc.error.message)
+            if missed >= PINGS_MISSED:
+                return
+        else:
+            missed = 0

@@ -47,6 +47,10 @@ logger = logging.getLogger("chatbridge.mcp")
 
 CHUNK = 256 * 1024  # a response body travels in pieces of at most this many bytes
 BACKLOG = 4 * CHUNK  # the holder's app waits while this much of its answer waits to travel
+# Seconds a relayed request rides out its channel layer failing (Redis restarting): what is to
+# travel waits and is sent when it is back; a layer away longer ends the request.
+PATIENCE = 30.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 _TAGGED = re.compile(r"[0-9a-f]{32}\.([a-zA-Z0-9_.-]{1,80})")
 
@@ -140,8 +144,19 @@ class Link:
         return self.channel
 
     async def _receive(self) -> None:
+        """Take what arrives on the channel, in order. The layer failing (Redis restarting)
+        is waited out: the channel is read again once it is back (``PATIENCE``)."""
+        failing: _Failing | None = None
         while True:
-            raw = await self.layer.receive(self.channel)
+            try:
+                raw = await self.layer.receive(self.channel)
+            except Exception as exc:
+                failing = failing or _Failing(f"reading relay channel {self.channel}", exc)
+                if not await failing.wait():
+                    self.queue.put_nowait("closing")  # gone too long: the request ends
+                    return
+                continue
+            failing = None
             try:
                 message = _RELAYED.validate_python(raw)
             except ValidationError as exc:
@@ -219,14 +234,45 @@ class Outbox:
                         if size >= CHUNK:
                             break
                     batch, self._parts = self._parts[:count], self._parts[count:]
-                    await self.deliver(Parts(parts=batch))
+                    await self._send(Parts(parts=batch))
                     if self._waiting() <= BACKLOG:
                         self._room.set()
                     if isinstance(batch[-1], End):
                         return
-        except Exception as exc:  # the channel layer is down, or the origin stopped reading
+        except Exception as exc:  # the channel layer is down past PATIENCE
             self.failed = exc
             self._room.set()
+
+    async def _send(self, batch: Parts) -> None:
+        """Deliver ``batch``; a layer failing (Redis restarting) is waited out, the batch sent
+        again once it is back; past ``PATIENCE`` its error is raised."""
+        failing: _Failing | None = None
+        while True:
+            try:
+                await self.deliver(batch)
+                return
+            except Exception as exc:
+                failing = failing or _Failing("relaying an answer back", exc)
+                if not await failing.wait():
+                    raise
+
+
+class _Failing:
+    """The channel layer failing for a relayed request: backing off, and for how long."""
+
+    def __init__(self, what: str, first: Exception) -> None:
+        self.what, self.delay = what, BACKOFF_FIRST
+        self.since = asyncio.get_running_loop().time()
+        logger.warning("%s failed (%r): waiting up to %.0f s for it", what, first, PATIENCE)
+
+    async def wait(self) -> bool:
+        """Back off before the next try; False once ``PATIENCE`` has passed."""
+        if asyncio.get_running_loop().time() - self.since >= PATIENCE:
+            logger.warning("%s: the channel layer stayed away; giving up", self.what)
+            return False
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, BACKOFF_MAX)
+        return True
 
 
 async def read_body(receive: Receive, cap: int) -> bytes | None:

@@ -8,14 +8,21 @@ client reconnects in ``retry_ms``. Live events reach only the holder's streams (
 
 from __future__ import annotations
 
-from mcp.server.streamable_http import EventMessage
+from collections.abc import Awaitable, Callable
+
+import mcp_types as types
+from mcp.server.streamable_http import GET_STREAM_KEY, EventMessage
 from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.requests import Request
 
 from chatbridge.asgi_types import Receive, Scope, Send
 from chatbridge.mcp.events import EventLog, ResumableSessions, SessionEvents
 
-__all__ = ["ElsewhereReplay"]
+__all__ = ["ElsewhereReplay", "HeldEnd"]
+
+# The result of the call a legacy request (session id, request id) carried, once it has ended
+# on record (None while it runs or is being finished).
+HeldEnd = Callable[[str, str], Awaitable[types.CallToolResult | None]]
 
 
 class ElsewhereReplay:
@@ -27,9 +34,11 @@ class ElsewhereReplay:
         events: EventLog,
         security: TransportSecurityMiddleware,
         retry_ms: int,
+        *,
+        held_ends: HeldEnd | None = None,
     ) -> None:
         self.sessions, self.events, self._security = sessions, events, security
-        self.retry_ms = retry_ms
+        self.retry_ms, self.held_ends = retry_ms, held_ends
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """A client resuming a stream of a session another worker holds: the events that
@@ -45,13 +54,28 @@ class ElsewhereReplay:
             await refused(scope, receive, send)
             return True
         events: list[str] = []
+        answered = False
 
         async def keep(event: EventMessage) -> None:
-            data = event.message.model_dump_json(by_alias=True, exclude_unset=True)
+            nonlocal answered
+            message = event.message
+            answered = answered or isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
+            data = message.model_dump_json(by_alias=True, exclude_unset=True)
             events.append(f"event: message\nid: {event.event_id}\ndata: {data}\n\n")
 
-        if await SessionEvents(self.events, session).replay_events_after(last, keep) is None:
+        log = SessionEvents(self.events, session)
+        stream = await log.replay_events_after(last, keep)
+        if stream is None:
             return False  # unknown here too: the SDK answers 404 Session not found
+        if not answered and stream != GET_STREAM_KEY and self.held_ends is not None:
+            ended = await self.held_ends(session, stream)
+            if ended is not None:  # its worker is gone: its result, as that worker would send
+                rpc_id = int(stream) if stream.isdigit() else stream  # the SDK keys it by str()
+                result = ended.model_dump(by_alias=True, mode="json", exclude_none=True)
+                message = types.JSONRPCResponse(jsonrpc="2.0", id=rpc_id, result=result)
+                event_id = await log.store_event(stream, message)
+                data = message.model_dump_json(by_alias=True, exclude_unset=True)
+                events.append(f"event: message\nid: {event_id}\ndata: {data}\n\n")
         await send(
             {
                 "type": "http.response.start",

@@ -4,7 +4,9 @@ BIDIR-6 option A (DESIGN §6): a question goes out as a ``notifications/message`
 ``request`` (its key, message, schema or, for a URL question, its link, context and timeout);
 the client answers by calling the ``_respond`` tool with the request id, from the same MCP
 session and caller the request went to. The answer goes to the session like any other, which
-validates it; an unanswered request expires and the tool sees ``Cancel``.
+validates it; an unanswered request expires and the tool sees ``Cancel``. A refused answer is
+an error result and the request stays open, until its question has taken as many as it takes:
+that answer's error result, and the call's, say the answer was refused that many times.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_from_dict
+from chatbridge.author.exceptions import ElicitNotPending, TooManyRefusedAnswers
 from chatbridge.author.model_context import encode_message, with_context
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.mcp.exits_wire import ChangeTo, change_of, exits_meta
-from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out
+from chatbridge.mcp.hosts import Channel, ClientGone, deliver, pinged_out, refused_too_often
 
 __all__ = ["RESPOND_SCHEMA", "RESPOND_TOOL", "NotifyCarrier", "PendingRequests", "respond_tool"]
 
@@ -98,11 +101,25 @@ class PendingRequests:
         elif isinstance(payload, dict):
             answer = Accept(payload)
         else:
-            return "Your previous answer was not accepted: payload: must be an object."
+            return await self._not_an_object(waiting)
         note = await deliver(waiting.session, waiting.request, answer)
         if not note and not waiting.settled.done():
             waiting.settled.set_result(None)
-        return note
+        return note or refused_too_often(waiting.session, waiting.request)
+
+    @staticmethod
+    async def _not_an_object(waiting: _Waiting) -> str:
+        """A payload that is no object: a refused answer, counted like any other."""
+        elicit_id = str(waiting.request.id)
+        try:
+            await waiting.session.refused(elicit_id, {}, {"payload": ["must be an object"]})
+        except TooManyRefusedAnswers as closed:
+            if not waiting.settled.done():
+                waiting.settled.set_result(None)
+            return str(closed)
+        except ElicitNotPending:
+            pass  # closed meanwhile: the call's end says how
+        return "Your previous answer was not accepted: payload: must be an object."
 
 
 class NotifyCarrier:

@@ -24,6 +24,7 @@ from chatbridge.calls.outcome import (
     Denied,
     Failed,
     Outcome,
+    RefusedAnswers,
     describe,
 )
 from chatbridge.calls.sessions import PluginSession
@@ -115,6 +116,8 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     match outcome:
         case Completed() | Declined() | Cancelled():
             return result_of(outcome.result)
+        case Failed(refused=RefusedAnswers()):  # written for the client: how often, and why
+            return error_of(outcome.message)
         case Failed():
             return error_of(public_failure(outcome.error))
         case Denied():

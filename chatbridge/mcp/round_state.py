@@ -19,7 +19,7 @@ from chatbridge.author.tools import McpTool
 from chatbridge.mcp.hosts import from_wire, wire_request
 from chatbridge.mcp.urls import url_params
 
-__all__ = ["RoundState", "answer_of", "input_required", "same_answer"]
+__all__ = ["RoundState", "answer_of", "input_required", "open_at_end", "same_answer"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,16 @@ def input_required(
         input_requests={str(request.id): types.ElicitRequest(params=params)},
         request_state=state.dump(),
     )
+
+
+def open_at_end(journal: list[dict[str, Any]], elicit_id: str) -> bool:
+    """Was ``elicit_id`` the question an ended call left unanswered (it ended while the
+    question was open: refused too often, expired, stopped)? Its retry gets the call's end."""
+    try:
+        wanted = ElicitId.parse(elicit_id)
+    except ValueError:
+        return False
+    return wanted.seq == 1 + sum(1 for e in journal if e.get("kind") == "elicit")
 
 
 def same_answer(

@@ -43,7 +43,13 @@ from chatbridge.mcp.hosts import Channel, deliver, errors_text
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared
 from chatbridge.mcp.results import CallStore, error_of, recorded_result, terminal_result
 from chatbridge.mcp.round_routing import outcome_from, request_of
-from chatbridge.mcp.round_state import RoundState, answer_of, input_required, same_answer
+from chatbridge.mcp.round_state import (
+    RoundState,
+    answer_of,
+    input_required,
+    open_at_end,
+    same_answer,
+)
 from chatbridge.mcp.urls import request_origin
 
 __all__ = ["EXPIRED", "HELD_ELSEWHERE", "TRANSPORT", "RoundState", "Rounds"]
@@ -182,17 +188,22 @@ class Rounds:
                     message = request_of(
                         tool.name, arguments, state, responses, channel.modes, meta
                     )
-                    return await self._route(stored.worker, message)
+                    served = await self._route(stored.worker, message)
+                    if served is not None:
+                        return served
+                    # Its holder died before it answered: the call is taken over here.
                 await self._claim(call_id, stored.worker)
-                logger.info("resuming MCP call %s from its journal", call_id)
-                session = await self.manager.create(
-                    tool,
-                    stored.arguments,
-                    call_id=call_id,
-                    journal=stored.journal,
-                    meta=meta,
-                    abort_requested=abort_requested(stored.commitment),
-                )
+                session = self.manager.get(call_id)  # resumed meanwhile (a takeover's sweep)
+                if session is None:
+                    logger.info("resuming MCP call %s from its journal", call_id)
+                    session = await self.manager.create(
+                        tool,
+                        stored.arguments,
+                        call_id=call_id,
+                        journal=stored.journal,
+                        meta=meta,
+                        abort_requested=abort_requested(stored.commitment),
+                    )
             else:
                 result = recorded_result(stored)
                 ended = _Ended(stored.journal, result, self._clock() + self.ttl)
@@ -213,6 +224,8 @@ class Rounds:
             if note:
                 return self._input_required(pending, caller, note)
             return await self._advance(session, caller, channel)
+        if session is None and ended is not None and open_at_end(ended.journal, state.elicit_id):
+            return ended.result  # it ended while this question was open: that end again
         journal = session.journal if session is not None else ended.journal if ended else []
         same = same_answer(tool, journal, state.elicit_id, raw)
         if same is not None:
@@ -230,11 +243,15 @@ class Rounds:
         assert store is not None
         return holder != store.worker and await store.alive(holder)
 
-    async def _route(self, holder: str, message: dict[str, Any]) -> Outcome:
-        """``holder`` serves the retry; unreachable, it is refused (the client sends it again)."""
+    async def _route(self, holder: str, message: dict[str, Any]) -> Outcome | None:
+        """``holder`` serves the retry; None if it died before it answered (the call is
+        taken over by whoever asked); alive but unreachable, the retry is refused (the client
+        sends it again)."""
         assert self.store is not None
         reply = await self.store.route(holder, message)
         if reply is None:
+            if not await self._elsewhere(holder):
+                return None
             raise MCPError(INTERNAL_ERROR, HELD_ELSEWHERE)
         logger.info("MCP call %s: retry served by its holder %s", message["call_id"], holder)
         return outcome_from(reply)

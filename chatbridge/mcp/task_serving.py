@@ -40,16 +40,24 @@ from chatbridge.calls.drive import drive
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.outcome import BY_CLIENT, BY_SERVER
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.calls.transports import TASK
 from chatbridge.mcp.expiry import Expiries
 from chatbridge.mcp.hosts import deliver, from_wire
 from chatbridge.mcp.task_cluster import TaskCluster, TaskRecord
-from chatbridge.mcp.task_views import Shape, TaskHost, answer_key, live_task, recorded_task
+from chatbridge.mcp.task_views import (
+    Shape,
+    TaskHost,
+    answer_key,
+    live_task,
+    recorded_task,
+    refuse_abandoned,
+)
 
 __all__ = ["EXPIRED", "TRANSPORT", "TaskServing", "not_found"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-TRANSPORT = "mcp-task"
+TRANSPORT = TASK
 CANCELLED_BY = BY_CLIENT  # aborted_by of a task ended by tasks/cancel
 EXPIRED = "the task expired: the client did not continue it in time"
 EXPIRED_BY = BY_SERVER
@@ -156,6 +164,16 @@ class TaskServing:
             await session.abort("cancelled by the MCP client", by=CANCELLED_BY)
         return await self._task(session)
 
+    async def take_over(self, task_id: str) -> bool:
+        """Resume a task that no live worker holds (``chatbridge.cluster.takeover``) as its
+        client's next request would; True if it runs here now."""
+        try:
+            await self.serve("get", task_id, {})
+        except MCPError as exc:  # taken by another worker, or unreachable: tried again later
+            logger.info("MCP task %s not taken over here: %s", task_id, exc.error.message)
+            return False
+        return self._live(task_id) is not None
+
     def _live(self, task_id: str) -> PluginSession | None:
         session = self.manager.get(task_id)
         if session is None or session.meta.get("transport") != TRANSPORT:
@@ -186,11 +204,13 @@ class TaskServing:
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
             message = {"op": op, "task_id": task_id, "responses": dict(responses), "origin": origin}
             reply = await cluster.route(holder, message)
-            if reply is None:
-                raise MCPError(INTERNAL_ERROR, UNREACHABLE)
-            if "error" in reply:
-                raise MCPError(int(reply["error"]["code"]), str(reply["error"]["message"]))
-            return dict(reply["task"])
+            if reply is None and await cluster.alive(holder):
+                raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # alive, but cannot be reached
+            if reply is not None:
+                if "error" in reply:
+                    raise MCPError(int(reply["error"]["code"]), str(reply["error"]["message"]))
+                return dict(reply["task"])
+            # Its holder died before it answered: the task is taken over here.
         if not await cluster.claim(task_id, holder):
             raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it over just now
         return await self._resume(task_id, record, origin)
@@ -234,11 +254,11 @@ class TaskServing:
         """Deliver the answer to the open question, if ``responses`` has one under its key."""
         async with self._lock(session.id):
             pending = session.pending
-            if pending is None or not self._asking(session):
-                return
-            raw = responses.get(self._key(session))
-            if raw is None:
-                return  # keys that are not open are ignored (spec: SHOULD)
+            asking = pending is not None and self._asking(session)
+            raw = responses.get(self._key(session)) if asking else None
+            if pending is None or raw is None:
+                refuse_abandoned(session, responses)  # a question a change left: an error
+                return  # other keys that are not open are ignored (spec: SHOULD)
             answer = types.ElicitResult.model_validate(raw) if isinstance(raw, dict) else raw
             if pending.mode == "url" and answer.action == "accept":
                 return  # consent only: the question's page answers it (mcp/urls.py)

@@ -1,27 +1,32 @@
-"""What an MCP Task looks like (``tasks/get``, the task a call creates) and the ``Host`` that
-follows its session (``chatbridge.calls.drive``); ``chatbridge.mcp.tasks`` serves them."""
+"""What an MCP Task looks like (``tasks/get``, the task a call creates), what an update for a
+question it no longer asks is told, and the ``Host`` that follows its session
+(``chatbridge.calls.drive``); ``chatbridge.mcp.tasks`` serves them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
-from chatbridge.author.elicit import ElicitRequest
+from chatbridge.author.elicit import ElicitId, ElicitRequest
+from chatbridge.author.exits import Change
 from chatbridge.calls.commitment import abort_decision_text
 from chatbridge.calls.drive import EndEvent, Pause
 from chatbridge.calls.events import LogEvent, ProgressEvent
 from chatbridge.calls.outcome import OUTCOME, Aborted
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.mcp.exits_wire import change_of
 from chatbridge.mcp.hosts import errors_text
 from chatbridge.mcp.modes import REFUSED_BY, ModeNotDeclared, modes_in
 from chatbridge.mcp.results import recorded_result, terminal_result
 from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.task_wire import dump, ended_view, task_times
 
-__all__ = ["TaskHost", "answer_key", "live_task", "recorded_task"]
+__all__ = ["TaskHost", "answer_key", "live_task", "recorded_task", "refuse_abandoned"]
 
 Shape = Callable[[ElicitRequest, str, str], types.InputRequiredResult]
 
@@ -67,6 +72,52 @@ async def live_task(
         [request] = (shaped.input_requests or {}).values()
         task["inputRequests"] = {answer_key(session): dump(request)}
     return task
+
+
+def refuse_abandoned(session: PluginSession, responses: Mapping[str, Any]) -> None:
+    """``MCPError`` (invalid params) if ``responses`` answer a question of this task that was
+    left when an earlier answer was changed (a client acting on what it saw before the change,
+    or an answer that crossed it), saying that it is no longer open and what the task waits
+    for now. Other keys that are not open (a refused answer's, an answered question's, another
+    call's) are left alone, and so is the same change sent again (a retry: it is that change).
+    """
+    question = session.question
+    live = {elicit_id for elicit_id, _ in session.asked()}
+    for key, raw in responses.items():
+        elicit_id = key.partition("#")[0]
+        try:
+            asked = ElicitId.parse(elicit_id)
+        except ValueError:
+            continue
+        if (asked.tool_name, asked.call_id) != (session.tool_name, session.call_id):
+            continue
+        changed = session.changed_from(elicit_id)
+        if changed is not None:  # the question the latest change left
+            action = raw.get("action") if isinstance(raw, Mapping) else None
+            meta = raw.get("_meta") if isinstance(raw, Mapping) else None
+            if action == "cancel" and change_of(meta) in (changed.elicit_id, changed.key):
+                continue
+        elif question is None or elicit_id == question.id or elicit_id in live:
+            continue
+        elif asked.seq > ElicitId.parse(question.id).seq:
+            continue  # not asked yet: nobody was shown it
+        raise _no_longer_open(session, key, changed)
+
+
+def _no_longer_open(session: PluginSession, key: str, changed: Change | None) -> MCPError:
+    why = f" ({changed.label})" if changed is not None else ""
+    question = session.question
+    if question is None or question.shown is None:
+        now = "The task is working on the change; tasks/get shows what it asks next."
+    else:
+        pending = question.request
+        head = pending.message.splitlines()[0] if pending.message else pending.key
+        now = f"The task now waits for {answer_key(session)} ({head}); tasks/get shows it."
+    return MCPError(
+        INVALID_PARAMS,
+        f"The question {key} is no longer open: it was left when an earlier answer was "
+        f"changed{why}. {now}",
+    )
 
 
 def recorded_task(task_id: str, record: TaskRecord, ttl: float, poll_ms: int) -> dict[str, Any]:

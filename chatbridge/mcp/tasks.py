@@ -13,7 +13,9 @@ anyone else, and checked by any worker without a lookup.
   completed with the ``CallToolResult`` (tool errors are results, ``isError``), or cancelled.
 - ``tasks/update``: answers the open question; the session validates it. A refused answer keeps
   the task ``input_required``: the question comes back under a new key (keys are never reused,
-  spec) with the errors in its message. Keys that are not open are ignored (spec: SHOULD).
+  spec) with the errors in its message. Keys that are not open are ignored (spec: SHOULD),
+  except that of a question left when an earlier answer was changed: that update is refused,
+  saying what the task waits for now (``task_views.refuse_abandoned``).
 - ``tasks/cancel``: aborts the session.
 
 Where a task lives, how it is resumed and when it expires: ``chatbridge.mcp.task_serving``.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -30,8 +31,10 @@ from chatbridge.conf import setting
 __all__ = [
     "RETRY_AFTER",
     "DatabaseUnavailable",
+    "away_within",
     "db_call",
     "is_outage",
+    "note_away",
     "outlasted",
     "retry_seconds",
 ]
@@ -47,6 +50,21 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
 
 class DatabaseUnavailable(OperationalError):
     """The database cannot be reached (an outage, told apart from a failing statement)."""
+
+
+_away_at: float | None = None  # when this process last found the database away (monotonic)
+
+
+def note_away() -> None:
+    """This process just found the database away (any thread)."""
+    global _away_at
+    _away_at = time.monotonic()
+
+
+def away_within(seconds: float) -> bool:
+    """Did this process find the database away in the last ``seconds``? Then what others
+    could not write meanwhile (their heartbeats) says nothing of them."""
+    return _away_at is not None and time.monotonic() - _away_at < seconds
 
 
 def retry_seconds() -> float:
@@ -73,8 +91,12 @@ def is_outage(exc: BaseException, alias: str = "default") -> bool:
     """On the database thread, right after ``exc`` (outside any transaction): was it the
     database going away?"""
     if isinstance(exc, DatabaseUnavailable):
+        note_away()
         return True
-    return isinstance(exc, (OperationalError, InterfaceError)) and connection_broken(alias)
+    away = isinstance(exc, (OperationalError, InterfaceError)) and connection_broken(alias)
+    if away:
+        note_away()
+    return away
 
 
 def drop_failed_connection(alias: str = "default") -> None:
@@ -94,6 +116,7 @@ def _attempt(fn: Callable[..., T], *args: Any) -> T:
     except (OperationalError, InterfaceError) as exc:
         if isinstance(exc, DatabaseUnavailable) or not connection_broken():
             raise
+        note_away()
         raise DatabaseUnavailable(str(exc)) from exc
 
 

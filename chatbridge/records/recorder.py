@@ -12,7 +12,6 @@ if no other worker holds it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from typing import Any
@@ -41,12 +40,6 @@ from chatbridge.records.writer import undo_on_retry, write_later, write_now, wri
 __all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]
 
 logger = logging.getLogger("chatbridge.lease")
-
-# A write fenced by the call's lease that succeeded this recently (seconds) proves the call
-# held, and a step's check before its side effect is not made again. Another worker takes a
-# call over only once this worker's heartbeat has been silent for ``HEARTBEAT_TTL`` (10 s),
-# and a check read just before the side effect leaves the same kind of window open.
-HELD_FRESH = 0.5
 
 
 def _pending_fields(session: PluginSession) -> dict[str, Any]:
@@ -198,6 +191,29 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
         lean_sql.insert(JournalRecord, {**where, "requested_at": now, **fields})
 
 
+def _start_step(session_id: str, entry: JournalEntry, request: dict[str, Any], now: Any) -> None:
+    """A step's start on record before its side effect, in one transaction with the check
+    that this worker holds the call (the fenced update of its row, as ``_append``). Written
+    again for a step run again by its key: the row is there already, only the check counts."""
+    if not lean_sql.update(ToolSession, {"updated_at": now}, **lease.held(session_id)):
+        lease.check(session_id)  # raises: no such row, or another worker holds the call
+    lean_sql.insert(
+        JournalRecord,
+        {
+            "session_id": session_id,
+            "seq": entry.seq,
+            "kind": "step",
+            "key": entry.key,
+            "scope": entry.scope,
+            "pos": entry.pos,
+            "digest": entry.digest or "",
+            "request": request,
+            "requested_at": now,
+        },
+        unless=("session_id", "seq"),
+    )
+
+
 def _fork(session_id: str, seq: int, now: Any) -> None:
     """The call's journal forks (an earlier answer changed): its rows from ``seq`` on are
     marked abandoned by this change, in one transaction with the check that this worker holds
@@ -270,8 +286,6 @@ class DjangoRecorder:
     """
 
     def __init__(self) -> None:
-        # Call id → loop time of its last write fenced by its lease (``HELD_FRESH``).
-        self._held_at: dict[str, float] = {}
         # Call id → its question's journal request, until the status that shows it is written.
         self._asked: dict[str, _Asked] = {}
 
@@ -283,18 +297,14 @@ class DjangoRecorder:
             and entry.result.get("action") == "accept"
         )
         await write_now(_append, session.id, entry, timezone.now(), commits)
-        self._held_at[session.id] = asyncio.get_running_loop().time()
 
-    async def check_held(self, session: PluginSession) -> None:
-        now = asyncio.get_running_loop().time()
-        if now - self._held_at.get(session.id, -HELD_FRESH) < HELD_FRESH:
-            return  # held a moment ago (an answer's write, fenced, just before this step)
-        await write_now(lease.check, session.id)  # in order: after the call's row
-        self._held_at[session.id] = asyncio.get_running_loop().time()
+    async def start_step(
+        self, session: PluginSession, entry: JournalEntry, request: dict[str, Any]
+    ) -> None:
+        await write_now(_start_step, session.id, entry, request, timezone.now())
 
     async def fork(self, session: PluginSession, seq: int) -> None:
         await write_now(_fork, session.id, seq, timezone.now())
-        self._held_at[session.id] = asyncio.get_running_loop().time()
 
     async def session_started(self, session: PluginSession) -> None:
         if _chat(session) or session.meta.get("transport") in HELD_BY_REQUEST:
@@ -319,6 +329,8 @@ class DjangoRecorder:
     async def capability_requested(
         self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
     ) -> None:
+        if kind == "step":
+            return  # its start is on record already (``start_step``)
         asked = (session.id, seq, kind, key, request, timezone.now())
         if kind == "elicit":  # written with the status that shows it (``status_changed``)
             self._asked[session.id] = asked
@@ -356,12 +368,9 @@ class DjangoRecorder:
         write_later(_abort_deferred, session.id, commitment)
 
     async def session_ended(self, session: PluginSession, event: SessionEvent) -> None:
-        self._held_at.pop(session.id, None)
         asked = self._asked.pop(session.id, None)
         if asked is not None:  # asked, then ended before it was shown
             write_later(_requested, *asked)
-        fields = _ended_snapshot(session, event)
-        if _chat(session):  # its result message follows: the turn's next waited write
-            write_soon(_ended_fields, session.id, fields)
-        else:
-            await write_now(_ended_fields, session.id, fields)
+        # Waited for on every transport: the session tells its host of the end only once it
+        # is on record (a crash after the person was told "booked" must not take it back).
+        await write_now(_ended_fields, session.id, _ended_snapshot(session, event))

@@ -110,11 +110,17 @@ def _append_message(conversation_id: str, message_id: str, message: dict[str, An
         lean_sql.update(Conversation, {"title": title}, id=conversation_id)
 
 
-def _take_and_read(conversation_id: str, replacing: str, new: bool) -> list[dict[str, Any]] | None:
-    """Take the conversation's turn lease (``take_new_turn`` for a ``new`` message's turn) and,
-    if it is taken, read its messages: the turn's history, with the lease, in one transaction."""
-    take = turn_leases.take_new_turn if new else turn_leases.take_turn
-    return _messages(conversation_id) if take(conversation_id, replacing) else None
+def _take_and_read(
+    conversation_id: str, replacing: str, new: bool, address: str = ""
+) -> list[dict[str, Any]] | None:
+    """Take the conversation's turn lease (``take_new_turn`` for a ``new`` message's turn, sent
+    from ``address``) and, if it is taken, read its messages: the turn's history, with the
+    lease, in one transaction."""
+    if new:
+        taken = turn_leases.take_new_turn(conversation_id, replacing, address=address)
+    else:
+        taken = turn_leases.take_turn(conversation_id, replacing)
+    return _messages(conversation_id) if taken else None
 
 
 def _messages(conversation_id: str) -> list[dict[str, Any]]:
@@ -213,10 +219,10 @@ class DjangoStore:
     """``ConversationStore`` on the Django ORM."""
 
     def __init__(self) -> None:
-        # Conversation id → (until when, refusal): a visitor flooding a full queue is refused
-        # from memory. A dequeue here forgets them all (the visitor's other chats may have
-        # room again); one on another worker shows within FULL_MEMO.
-        self._full: dict[str, tuple[float, CommandRefused]] = {}
+        # (conversation id, sender's address) → (until when, refusal): a visitor flooding a
+        # full queue is refused from memory. A dequeue here forgets them all (the visitor's
+        # other chats may have room again); one on another worker shows within FULL_MEMO.
+        self._full: dict[tuple[str, str], tuple[float, CommandRefused]] = {}
         # Conversation id → its messages, read with its turn lease and kept (with what the
         # turn appends) until the lease is released: while this worker holds the lease, only
         # its turn appends to the conversation.
@@ -275,13 +281,18 @@ class DjangoStore:
 
     async def enqueue(self, conversation_id: str, message: QueuedMessage) -> None:
         now = time.monotonic()
-        memo = self._full.get(conversation_id)
+        full_key = (conversation_id, message.address)
+        memo = self._full.get(full_key)
         if memo is not None and memo[0] > now:
             raise memo[1]
         try:
-            refused = await sync_to_async(message_queue.queue_full_refusal)(conversation_id)
+            refused = await sync_to_async(message_queue.queue_full_refusal)(
+                conversation_id, message.address
+            )
             if refused is not None:  # read outside the writer: a dequeue queued in it counts
-                refused = await write_now(message_queue.queue_full_refusal, conversation_id)
+                refused = await write_now(
+                    message_queue.queue_full_refusal, conversation_id, message.address
+                )
             if refused is None:
                 await write_now(message_queue.enqueue, conversation_id, message)
         except CommandRefused as lost_race:  # counted again under the lock: full after all
@@ -289,7 +300,7 @@ class DjangoStore:
         if refused is not None:
             if len(self._full) > 1000:  # forget the expired ones
                 self._full = {k: v for k, v in self._full.items() if v[0] > now}
-            self._full[conversation_id] = (now + FULL_MEMO, refused)
+            self._full[full_key] = (now + FULL_MEMO, refused)
             raise refused
 
     async def dequeue(self, conversation_id: str, message_id: str) -> None:
@@ -306,11 +317,15 @@ class DjangoStore:
 
     # -- VisitorLimits: caps per visitor, counted across workers -----------------------------
 
-    async def take_new_turn(self, conversation_id: str, replacing: str = "") -> bool:
-        return await self._take(conversation_id, replacing, new=True)
+    async def take_new_turn(
+        self, conversation_id: str, replacing: str = "", *, address: str = ""
+    ) -> bool:
+        return await self._take(conversation_id, replacing, new=True, address=address)
 
-    async def _take(self, conversation_id: str, replacing: str, *, new: bool) -> bool:
-        history = await write_now(_take_and_read, conversation_id, replacing, new)
+    async def _take(
+        self, conversation_id: str, replacing: str, *, new: bool, address: str = ""
+    ) -> bool:
+        history = await write_now(_take_and_read, conversation_id, replacing, new, address)
         if history is None:
             return False
         self._histories[conversation_id] = history

@@ -1,6 +1,7 @@
 """Turn leases: one running turn per conversation across workers (a lease in the database,
-taken by compare-and-set and renewed while the turn runs), and the cap on a visitor's running
-turns."""
+taken by compare-and-set and renewed while the turn runs), and the caps on the running turns of
+a visitor and of a client address (the address that started a turn is kept on the
+conversation's row while the turn runs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from chatbridge.conf import setting
 from chatbridge.engine.conversation import too_many_running
 from chatbridge.records import lean_sql
 from chatbridge.records.recorder import WORKER_ID
-from chatbridge.records.visitor_caps import TURN_LOCK, at_least, lock_owner
+from chatbridge.records.visitor_caps import (
+    ADDRESS_TURN_LOCK,
+    TURN_LOCK,
+    at_least,
+    lock_owner,
+    too_many_running_here,
+)
 
 __all__ = [
     "LEASE_SECONDS",
@@ -29,8 +36,10 @@ __all__ = [
 LEASE_SECONDS = 20.0  # a turn's lease, renewed every few seconds while it runs
 
 
-def take_turn(conversation_id: str, replacing: str) -> bool:
-    """Take the conversation's lease if it is free, ours, expired or held by ``replacing``."""
+def take_turn(conversation_id: str, replacing: str, address: str | None = None) -> bool:
+    """Take the conversation's lease if it is free, ours, expired or held by ``replacing``;
+    a new turn records the ``address`` that started it (None: a turn resumed or started from
+    the queue keeps the one on record)."""
     now = timezone.now()
     free = (
         Q(turn_worker="")
@@ -40,35 +49,44 @@ def take_turn(conversation_id: str, replacing: str) -> bool:
     )
     if replacing:
         free |= Q(turn_worker=replacing)
-    taken = (
-        Conversation.objects.filter(pk=conversation_id)
-        .filter(free)
-        .update(turn_worker=WORKER_ID, turn_expires=now + timedelta(seconds=LEASE_SECONDS))
-    )
+    lease: dict[str, object] = {
+        "turn_worker": WORKER_ID,
+        "turn_expires": now + timedelta(seconds=LEASE_SECONDS),
+    }
+    if address is not None:
+        lease["turn_address"] = address
+    taken = Conversation.objects.filter(pk=conversation_id).filter(free).update(**lease)
     return taken == 1
 
 
-def take_new_turn(conversation_id: str, replacing: str) -> bool:
-    """``take_turn`` for a new turn: refused (``too_many_running``) past the visitor's cap."""
+def take_new_turn(conversation_id: str, replacing: str, *, address: str = "") -> bool:
+    """``take_turn`` for a new turn, sent from ``address`` ("": not known): refused
+    (``TOO_MANY_RUNNING``) past the visitor's cap, or past the address's."""
     cap = setting("CHATBRIDGE_RUNNING_TURNS_PER_VISITOR")
-    if cap is None:
-        return take_turn(conversation_id, replacing)
+    here = setting("CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS") if address else None
+    if cap is None and here is None:
+        return take_turn(conversation_id, replacing, "")
     with transaction.atomic():
         found = lean_sql.select(Conversation, ("owner",), id=conversation_id)
         if found is None:
             return False
-        lock_owner(TURN_LOCK, found[0])
+        if cap is not None:
+            lock_owner(TURN_LOCK, found[0])
+        if here is not None:
+            lock_owner(ADDRESS_TURN_LOCK, address)
         # The lease first: a chat whose turn runs elsewhere is BUSY (its message may be
         # queued), not over the cap. Over the cap, the refusal rolls the lease back.
-        if not take_turn(conversation_id, replacing):
+        if not take_turn(conversation_id, replacing, address if here is not None else ""):
             return False
         busy = (
-            Conversation.objects.filter(owner=found[0], turn_expires__gte=timezone.now())
+            Conversation.objects.filter(turn_expires__gte=timezone.now())
             .exclude(turn_worker="")
             .exclude(pk=conversation_id)
         )
-        if at_least(busy, cap):
+        if cap is not None and at_least(busy.filter(owner=found[0]), cap):
             raise too_many_running(cap)
+        if here is not None and at_least(busy.filter(turn_address=address), here):
+            raise too_many_running_here(here)
         return True
 
 
@@ -86,7 +104,7 @@ def release_turn(conversation_id: str) -> bool:
     ``done``, in one transaction with the answer to whether messages wait in the queue."""
     with transaction.atomic():
         released = Conversation.objects.filter(pk=conversation_id, turn_worker=WORKER_ID).update(
-            turn_worker="", turn_expires=None, phase=FINAL_PHASE
+            turn_worker="", turn_expires=None, turn_address="", phase=FINAL_PHASE
         )
         if released:
             lean_sql.update(

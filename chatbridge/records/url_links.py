@@ -50,7 +50,15 @@ from chatbridge.conf import setting
 from chatbridge.records.lease import WORKER_ID, holder
 from chatbridge.records.outage import db_call
 
-__all__ = ["DjangoUrlLinks", "complete", "find", "remember_origin", "renew", "token_hash"]
+__all__ = [
+    "DjangoUrlLinks",
+    "answered",
+    "complete",
+    "find",
+    "remember_origin",
+    "renew",
+    "token_hash",
+]
 
 logger = logging.getLogger("chatbridge.links")
 
@@ -120,6 +128,13 @@ def _answer(elicit_id: str) -> dict[str, Any] | None:
     """What the question's page reported, or the Cancel its expired link left."""
     row = ElicitLink.objects.filter(elicit_id=elicit_id, result__isnull=False).first()
     return row.result if row is not None else None
+
+
+def answered(elicit_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The answers their pages reported (on record) of the questions ``elicit_ids``: (elicit
+    id, the answer), for a holder reading what no message brought it."""
+    rows = ElicitLink.objects.filter(elicit_id__in=elicit_ids, completed_at__isnull=False)
+    return [(str(e), dict(r)) for e, r in rows.values_list("elicit_id", "result") if r]
 
 
 def _close(elicit_id: str) -> bool:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
+from pathlib import Path
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from chatbridge.chat.models import WorkerHeartbeat
+from chatbridge.records.outage import away_within, note_away
 from chatbridge.records.recorder import WORKER_ID
 
 __all__ = [
@@ -27,7 +30,13 @@ HEARTBEAT_TTL = 10.0  # silent this long: the worker is gone and its calls may b
 
 def beat() -> None:
     """Say this worker is alive (a row per worker, its time pushed on)."""
-    WorkerHeartbeat.objects.update_or_create(worker=WORKER_ID, defaults={"beat_at": timezone.now()})
+    try:
+        WorkerHeartbeat.objects.update_or_create(
+            worker=WORKER_ID, defaults={"beat_at": timezone.now()}
+        )
+    except DatabaseError:
+        note_away()  # nobody could beat meanwhile, most likely
+        raise
 
 
 def forget_worker() -> None:
@@ -36,7 +45,8 @@ def forget_worker() -> None:
 
 
 def _process_gone(worker: str) -> bool:
-    """``worker`` (``host:pid``) ran on this host and its process no longer exists."""
+    """``worker`` (``host:pid``) ran on this host and its process no longer runs: it does not
+    exist, or it is a zombie (killed, and not yet reaped by whoever started it)."""
     host, _, pid = worker.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
@@ -45,23 +55,42 @@ def _process_gone(worker: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:  # exists, owned by someone else
+        pass
+    return _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """Has process ``pid`` exited, waiting only to be reaped (Linux's /proc says so)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc here, or it has gone meanwhile
         return False
-    return False
+    state = stat.rpartition(")")[2].split()  # after the name, which may hold anything
+    return bool(state) and state[0] in ("Z", "X")
 
 
 def worker_alive(worker: str) -> bool:
     """Is ``worker`` alive? Its heartbeat is recent (and, on this host, its process exists).
 
     Liveness comes from the database, never from the channel layer: a worker whose Redis is
-    down keeps its calls.
+    down keeps its calls. A heartbeat that aged while the database was away (this process
+    found it away in the last ``HEARTBEAT_TTL``) proves nothing: nobody could beat then, so
+    its worker counts as alive until it has had the time to beat again. A worker with no
+    heartbeat at all (never beat, or stopped cleanly) is gone.
     """
     if not worker or _process_gone(worker):
         return False
-    since = timezone.now() - timedelta(seconds=HEARTBEAT_TTL)
-    return WorkerHeartbeat.objects.filter(worker=worker, beat_at__gte=since).exists()
+    beat_at = WorkerHeartbeat.objects.filter(worker=worker).values_list("beat_at", flat=True)
+    last = beat_at.first()
+    if last is None:
+        return False
+    return last >= timezone.now() - timedelta(seconds=HEARTBEAT_TTL) or away_within(HEARTBEAT_TTL)
 
 
 def live_workers() -> list[str]:
-    """The workers whose heartbeat is recent (this one included once it has beaten)."""
-    since = timezone.now() - timedelta(seconds=HEARTBEAT_TTL)
-    return list(WorkerHeartbeat.objects.filter(beat_at__gte=since).values_list("worker", flat=True))
+    """The workers alive by ``worker_alive``'s rules (this one included once it has beaten)."""
+    rows = WorkerHeartbeat.objects.all()
+    if not away_within(HEARTBEAT_TTL):
+        rows = rows.filter(beat_at__gte=timezone.now() - timedelta(seconds=HEARTBEAT_TTL))
+    beating = rows.values_list("worker", flat=True)
+    return [worker for worker in beating if not _process_gone(worker)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import secrets
 from typing import Any
 
 from pydantic import BaseModel, computed_field
@@ -221,6 +220,9 @@ def _taken(flight_id: str) -> tuple[str, ...]:
     )
 
 
-def issue_ticket(flight_id: str, seat: str) -> str:
-    """Issue a ticket number: a side effect, so the tool wraps it in ``ctx.step``."""
-    return f"CB-{flight_id.replace('-', '')}-{seat}-{secrets.token_hex(5).upper()}"
+def issue_ticket(flight_id: str, seat: str, *, idempotency_key: str) -> str:
+    """Issue a ticket: a side effect, so the tool wraps it in ``ctx.step``, which passes the
+    step's ``idempotency_key``. As a booking system with idempotency keys does, the same key
+    gives the same ticket: a step run again after an interruption issues no second one."""
+    digest = hashlib.sha256(f"ticket:{idempotency_key}".encode()).hexdigest()[:10].upper()
+    return f"CB-{flight_id.replace('-', '')}-{seat}-{digest}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -199,10 +199,11 @@ async def run_book_flight(params: BookFlightParams, ctx: ToolContext) -> dict[st
     }
 
 
-def refund_payment(paid: PaymentDone) -> dict[str, str]:
+def refund_payment(paid: PaymentDone, *, idempotency_key: str) -> dict[str, str]:
     """Undo a payment whose booking cannot be finished (the call's compensation): a refund
-    of the token the page reported."""
-    return {"refund": f"RF-{secrets.token_hex(5).upper()}", "card": f"ending {paid.last4}"}
+    of the token the page reported, one per key (a refund run again is the same refund)."""
+    digest = hashlib.sha256(f"refund:{idempotency_key}".encode()).hexdigest()[:10].upper()
+    return {"refund": f"RF-{digest}", "card": f"ending {paid.last4}"}
 
 
 # What book_flight's questions offer besides an answer (``.exits()``), in the person's words.

@@ -10,6 +10,11 @@
  * runserver without daphne first in INSTALLED_APPS), the page says so instead of "Offline",
  * and the console says how to fix it.
  *
+ * A message over the server's limit (#connection-state's data-max-bytes, 64 KiB) makes the
+ * server close the socket: 1009 from the server itself, 4009 from ChatBridge on a server
+ * started without the limit. The page says so in #errors (the draft and the forms keep what
+ * was typed), forgets the answers too large to be sent again, and connects again.
+ *
  * The extension queues what a ws-send form sends while the socket is not open, and sends the
  * queue once, in order, when it opens again (the same queue across reconnects). Here an answer
  * given meanwhile is shown as pending on its form, and a second click on the same form while
@@ -45,6 +50,8 @@
   var probed = false;
   // Close codes after which the extension reconnects by itself (others end the socket).
   var RECONNECTS = [1006, 1011, 1012, 1013];
+  // The server refused a message too large: this page connects again itself.
+  var TOO_LARGE = [1009, 4009];
   var state = "connecting";
   var opened = false;
   var failures = 0;
@@ -174,14 +181,46 @@
       .catch(function () {});  // the server is down: "Offline" says it
   }
 
+  function maxBytes() {
+    var element = document.getElementById("connection-state");
+    return Number(element && element.getAttribute("data-max-bytes")) || 65536;
+  }
+
+  function byteLength(text) {
+    return window.TextEncoder ? new TextEncoder().encode(text).length : text.length;
+  }
+
+  // The server closed the socket over a message too large: say so, and keep no answer that
+  // would only be refused again when the socket is back.
+  function tooLarge() {
+    var limit = maxBytes();
+    var errors = document.getElementById("errors");
+    if (errors) {
+      var alert = document.createElement("p");
+      alert.className = "error";
+      alert.setAttribute("role", "alert");
+      var words = gettext("That was too large to send: a message may be at most %(size)s KiB, and nothing of it was kept. Shorten it and send it again.");
+      alert.textContent = interpolate(words, {size: Math.floor(limit / 1024)}, true);
+      errors.replaceChildren(alert);
+    }
+    unconfirmed = unconfirmed.filter(function (entry) {
+      if (byteLength(entry.message) <= limit) return true;
+      var note = document.querySelector("#elicit-" + CSS.escape(entry.callId) + " .answer-pending-note");
+      if (note) note.remove();
+      return false;
+    });
+  }
+
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail && event.detail.event ? event.detail.event.code : 1006;
     if (leaving) return;  // the page is being left: nothing to tell
     if (state === "unserved") return;  // it will not connect: said already
     if (!opened) probe();
     var wrapper = event.detail && event.detail.socketWrapper;
-    if (code === 1001 && wrapper && wrapper.reconnect) {
-      // The server is going away (a restart): the extension does not reconnect after 1001.
+    if (TOO_LARGE.indexOf(code) >= 0) tooLarge();
+    if ((code === 1001 || TOO_LARGE.indexOf(code) >= 0) && wrapper && wrapper.reconnect) {
+      // The server is going away (a restart), or refused what was sent: the extension does not
+      // reconnect after these.
       setTimeout(function () { if (!leaving) wrapper.reconnect(); }, reconnectDelay(0));
     } else if (RECONNECTS.indexOf(code) < 0) {  // refused or closed for good: no reconnect
       setState("closed");
