@@ -77,8 +77,8 @@ class ChatBridgeRuntime:
         from chatbridge.chat.broadcast import publish
         from chatbridge.chat.registry import get_registry
         from chatbridge.chat.rendering import render_form
-        from chatbridge.chat.worker_listener import WorkerListener
-        from chatbridge.chat.workers import ChannelPeers
+        from chatbridge.cluster.listener import WorkerListener
+        from chatbridge.cluster.peers import ChannelPeers
         from chatbridge.cluster.record_watch import RecordWatch
         from chatbridge.cluster.takeover import Takeover
         from chatbridge.engine.engine import ChatHub

@@ -16,8 +16,8 @@ from mcp.server.streamable_http import GET_STREAM_KEY
 
 from chatbridge import PluginRegistry
 from chatbridge.calls.manager import SessionManager
-from chatbridge.chat.worker_messages import RelayRequest, parse_request
-from chatbridge.chat.workers import worker_group
+from chatbridge.cluster.messages import RelayRequest, parse_request
+from chatbridge.cluster.peers import worker_group
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.relay_wire import holder_tag, worker_tag
 from chatbridge.mcp.server import McpBridge, McpSettings

@@ -2,7 +2,7 @@
 all while none does (issue 27, point 2); what a worker shows survives a Redis restart.
 
 "Another worker" here is what the layer sees of one: a listener's channel in the workers'
-group, saying what it shows (``Showing``) as ``chatbridge.chat.worker_listener`` does. This
+group, saying what it shows (``Showing``) as ``chatbridge.cluster.listener`` does. This
 process runs a real runtime on a Redis of its own, and a real socket.
 """
 
@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from chatbridge.chat.broadcast import publish
 from chatbridge.chat.viewers import EVENTS_LAYER, VIEWERS_GROUP, events_layer
-from chatbridge.chat.worker_messages import ChatEventCopy, Hidden, Showing, ShownAck
+from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing, ShownAck
 from chatbridge.engine.protocol import AssistantMessage, ErrorEvent
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.runtime import ChatBridgeRuntime

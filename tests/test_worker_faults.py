@@ -22,7 +22,7 @@ from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.links import MemoryUrlLinks
 from chatbridge.chat import viewers
 from chatbridge.chat.broadcast import publish
-from chatbridge.chat.worker_messages import Showing
+from chatbridge.cluster.messages import Showing
 from chatbridge.engine.conversation import ResumableCall
 from chatbridge.engine.engine import BUSY_ELSEWHERE, ChatHub
 from chatbridge.engine.protocol import ElicitResponseCommand
@@ -354,7 +354,7 @@ async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
     redis_layer: OwnRedis,
 ) -> None:
     from chatbridge.chat.models import WorkerHeartbeat
-    from chatbridge.chat.workers import query_workers
+    from chatbridge.cluster.peers import query_workers
     from chatbridge.records.recorder import WORKER_ID
     from chatbridge.runtime import ChatBridgeRuntime
 

@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 
 from chatbridge.chat.models import WorkerHeartbeat
+from chatbridge.cluster.liveness import beat, forget_worker, worker_alive
 from chatbridge.records.recorder import WORKER_ID
-from chatbridge.records.worker_liveness import beat, forget_worker, worker_alive
 
 OTHER = "elsewhere:4242"  # a worker on another host: its liveness is its heartbeat alone
 

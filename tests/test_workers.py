@@ -15,8 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from chatbridge import ToolContext, create_mcp_tool
-from chatbridge.chat.worker_messages import CommandDone, Ping, Pong, RoutedCommand
-from chatbridge.chat.workers import (
+from chatbridge.cluster.messages import CommandDone, Ping, Pong, RoutedCommand
+from chatbridge.cluster.peers import (
     ChannelPeers,
     _ask_worker,
     broadcast_abort,

@@ -24,7 +24,7 @@ from chatbridge.chat.admin_display import NOTHING, duration, elapsed, local_stam
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin
 from chatbridge.chat.models import ToolSession
 from chatbridge.chat.operations import abort_tool_session
-from chatbridge.chat.workers import query_workers
+from chatbridge.cluster.peers import query_workers
 
 __all__ = ["AbortForm", "LiveSessionsAdmin"]
 

@@ -38,10 +38,10 @@ from chatbridge.chat.viewers import (
     unacknowledged,
     until_settled,
 )
-from chatbridge.chat.worker_messages import ChatEventCopy, Hidden, Showing
+from chatbridge.cluster.liveness import beat, live_workers
+from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing
 from chatbridge.engine.protocol import ChatEvent
 from chatbridge.records.recorder import WORKER_ID
-from chatbridge.records.worker_liveness import beat, live_workers
 
 __all__ = [
     "LocalSocket",

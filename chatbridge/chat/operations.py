@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from chatbridge.calls.outcome import OPERATOR, Outcome, aborted, describe
 from chatbridge.chat.models import ACTIVE_STATUSES, Message, ToolSession, aborted_row
-from chatbridge.chat.workers import broadcast_abort
+from chatbridge.cluster.liveness import worker_alive
+from chatbridge.cluster.peers import broadcast_abort
 from chatbridge.engine.tool_message import tool_message
 from chatbridge.records import lease
 from chatbridge.records.store import _append
-from chatbridge.records.worker_liveness import worker_alive
 
 __all__ = ["OPERATOR_PREFIX", "abort_tool_session", "end_unheld"]
 

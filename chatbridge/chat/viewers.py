@@ -3,7 +3,7 @@
 A worker's sockets get the events of their own process straight away
 (``chatbridge.chat.broadcast``). An event of a conversation that other workers show too crosses
 the channel layer once for each of them, to that worker's listener
-(``chatbridge.chat.worker_listener``), which hands it to its sockets. While no other worker
+(``chatbridge.cluster.listener``), which hands it to its sockets. While no other worker
 shows a conversation, nothing of it is sent through the layer at all.
 
 How a worker knows who shows what (what it was told is kept here, and only the listener tells
@@ -39,7 +39,7 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
-from chatbridge.chat.worker_messages import Hidden, Showing, ShownAck
+from chatbridge.cluster.messages import Hidden, Showing, ShownAck
 from chatbridge.records.recorder import WORKER_ID
 
 __all__ = [

@@ -19,7 +19,7 @@ from chatbridge.calls.outcome import BY_SERVER, aborted, describe
 from chatbridge.calls.transports import HELD_BY_REQUEST, HOLDER_GONE
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.registry import get_registry, get_ui_resources
-from chatbridge.chat.workers import route_round, route_task
+from chatbridge.cluster.peers import route_round, route_task
 from chatbridge.conf import setting
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller

@@ -23,11 +23,11 @@ from django.utils import timezone
 
 from chatbridge.calls.outcome import BY_SERVER, aborted, describe
 from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession, aborted_row
+from chatbridge.cluster.liveness import worker_alive
 from chatbridge.mcp import rounds, task_serving
 from chatbridge.records.lease import CallLease
 from chatbridge.records.outage import db_call
 from chatbridge.records.periodic import Periodic
-from chatbridge.records.worker_liveness import worker_alive
 
 __all__ = ["EVERY", "REASONS", "ParkedCalls", "overdue"]
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chatbridge.asgi_types import Message, Receive, Scope, Send
-from chatbridge.chat.worker_messages import RelayRequest
+from chatbridge.cluster.messages import RelayRequest
 from chatbridge.mcp.callers import Caller, enter
 
 __all__ = [

@@ -30,8 +30,8 @@ from collections.abc import Awaitable
 from channels.layers import get_channel_layer
 
 from chatbridge.asgi_types import ASGIApp, Message, Receive, Scope, Send
-from chatbridge.chat.worker_messages import RelayRequest
-from chatbridge.chat.workers import worker_group
+from chatbridge.cluster.messages import RelayRequest
+from chatbridge.cluster.peers import worker_group
 from chatbridge.mcp.callers import SCOPE_KEY, Caller
 from chatbridge.mcp.events import ResumableSessions
 from chatbridge.mcp.peer_watch import Peers, PeerWatch

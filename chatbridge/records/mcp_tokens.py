@@ -27,8 +27,8 @@ from django.utils import timezone
 from chatbridge.calls.outcome import OPERATOR
 from chatbridge.chat.models import ACTIVE_STATUSES, McpToken, ToolSession
 from chatbridge.chat.operations import end_unheld
+from chatbridge.cluster.liveness import worker_alive
 from chatbridge.mcp.revocation import REVOKED
-from chatbridge.records.worker_liveness import worker_alive
 
 __all__ = [
     "PREFIX",

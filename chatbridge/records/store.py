@@ -2,7 +2,8 @@
 phase, the calls a conversation may resume, who owns a conversation.
 
 ``DjangoStore`` is also the engine's ``TurnLeases`` (``turn_leases``), ``MessageQueue``
-(``message_queue``) and ``VisitorLimits``; which workers are alive is ``worker_liveness``'s.
+(``message_queue``) and ``VisitorLimits``; which workers are alive is
+``chatbridge.cluster.liveness``'s.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from chatbridge.chat.models import (
     QueueEntry,
     ToolSession,
 )
+from chatbridge.cluster.liveness import (
+    HEARTBEAT_SECONDS,
+    HEARTBEAT_TTL,
+    beat,
+    forget_worker,
+    worker_alive,
+)
 from chatbridge.engine.conversation import (
     CommandRefused,
     OnRecord,
@@ -38,13 +46,6 @@ from chatbridge.records import lean_sql, lease, message_queue, turn_leases
 from chatbridge.records.forks import Fork, fork_messages
 from chatbridge.records.outage import db_call
 from chatbridge.records.turn_leases import LEASE_SECONDS
-from chatbridge.records.worker_liveness import (
-    HEARTBEAT_SECONDS,
-    HEARTBEAT_TTL,
-    beat,
-    forget_worker,
-    worker_alive,
-)
 from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
 __all__ = [

@@ -45,7 +45,7 @@ from chatbridge.calls.links import OpenedLink
 from chatbridge.calls.manager import SessionManager
 from chatbridge.chat.models import ElicitLink, ToolSession
 from chatbridge.chat.registry import get_registry
-from chatbridge.chat.workers import deliver_page_answer
+from chatbridge.cluster.peers import deliver_page_answer
 from chatbridge.conf import setting
 from chatbridge.records.lease import WORKER_ID, holder
 from chatbridge.records.outage import db_call

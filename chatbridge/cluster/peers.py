@@ -1,6 +1,6 @@
 """Reaching every worker process through the channel layer: list and abort live sessions.
 
-Each process that serves chats runs one listener (``chatbridge.chat.worker_listener``) in the
+Each process that serves chats runs one listener (``chatbridge.cluster.listener``) in the
 group ``chatbridge.workers`` and in a group of its own. An operator's abort is broadcast there
 and carried out by whichever worker holds the session; "what is live right now" is asked of
 all of them. A user's answer, abort, approve or deny for a call held by another worker is
@@ -18,7 +18,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from chatbridge.chat.worker_messages import (
+from chatbridge.cluster.messages import (
     AbortCall,
     Aborted,
     Answered,

@@ -1,7 +1,7 @@
 """This worker's listener in the workers' groups, and its heartbeat.
 
 Each process that serves chats runs one listener (started with the runtime) in the group
-``chatbridge.workers`` and in a group of its own (``chatbridge.chat.workers`` sends there). It
+``chatbridge.workers`` and in a group of its own (``chatbridge.cluster.peers`` sends there). It
 carries out what other workers ask of the calls and conversations held here: an operator's
 abort, a URL page's answer, a user's answer, abort, approve or deny, an MCP task request,
 "what is live right now". It hands the events of conversations shown here that other workers
@@ -41,8 +41,7 @@ from chatbridge.chat.broadcast import (
     join_round,
     publish,
 )
-from chatbridge.chat.routed_commands import routed_outcome
-from chatbridge.chat.worker_messages import (
+from chatbridge.cluster.messages import (
     AbortCall,
     Aborted,
     Answered,
@@ -70,7 +69,8 @@ from chatbridge.chat.worker_messages import (
     WorkerRequest,
     parse_request,
 )
-from chatbridge.chat.workers import WORKERS_GROUP, worker_group
+from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
+from chatbridge.cluster.routed_commands import routed_outcome
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from chatbridge.chat.worker_messages import CommandDone
+from chatbridge.cluster.messages import CommandDone
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     Abort,
