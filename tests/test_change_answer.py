@@ -243,6 +243,7 @@ class SlowFork:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.writing = asyncio.Event()  # set once a fork is being written
         self.forked: list[int] = []
 
     async def append(self, session: Any, entry: Any) -> None:
@@ -252,6 +253,7 @@ class SlowFork:
         return None
 
     async def fork(self, session: Any, seq: int) -> None:
+        self.writing.set()
         await self.release.wait()
         self.forked.append(seq)
 
@@ -263,11 +265,15 @@ async def test_an_answer_racing_a_change_finds_the_question_closed() -> None:
         session = await at_review(manager, "race")
         review = session.pending
         assert review is not None
-        await session.change(str(review.id), "seat")
-        # The fork is still being written: the review takes no answer meanwhile.
+        changing = asyncio.create_task(session.change(str(review.id), "seat"))
+        await store.writing.wait()  # the change has begun: its fork is being written
+        # The fork is still being written: the review takes no answer meanwhile, and the
+        # change is not made (nor said to be) before it is on record.
         with pytest.raises(ElicitNotPending):
             await session.respond_to_elicit(review.id, Accept({"confirm": True}))
+        assert not changing.done()
         store.release.set()
+        assert (await changing).key == "seat"
         again = await question(session)
         assert again.request.key == "seat"
         assert store.forked == [2]  # from the seat's answer on

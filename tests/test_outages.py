@@ -12,8 +12,10 @@ those lengths).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ import aiohttp
 import httpx
 import pytest
 
+from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat
 from tests.outage_plugin import TicketOffice, ticket_office
 from tests.private_postgres import PrivatePostgres, private_postgres
@@ -228,3 +231,96 @@ async def ended(pg: PrivatePostgres, call_id: str) -> dict[str, Any]:
         if record["status"] in ("completed", "failed", "aborted") or loop.time() > deadline:
             return record
         await asyncio.sleep(0.2)  # polling the record, as an operator's page would
+
+
+async def test_a_change_the_person_was_told_of_survives_a_kill(
+    pg: PrivatePostgres, site_env: dict[str, str]
+) -> None:
+    """Change seat at the review, then kill -9: a change the person saw made (the review
+    closed, the seat asked again) is on record, so the worker that resumes the call asks the
+    seat; one still being written when the worker dies was not shown as made. The change's
+    write is held back by a lock on the call's row (as a slow database would)."""
+    import psycopg
+
+    first = serve(site_env)
+    second: Server | None = None
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+            chat = await RemoteChat.open(http, first.base)
+            await chat.connect(first.base)
+            flight_id, seats = await chat.book_to_seat(timeout=60)
+            await chat.answer(seats, seat_label=seat_map_for(flight_id).first_free())
+            review = await chat.next("elicit", 30, key="review")
+            url = pg.url.replace("postgres://", "postgresql://")
+            with psycopg.connect(url) as locker:
+                locker.execute(
+                    "SELECT 1 FROM chatbridge_chat_toolsession WHERE id = %s FOR UPDATE",
+                    (review["call_id"],),
+                )
+                await chat.send({**change_of(review), "change": "pick_seat"})
+                await asyncio.to_thread(waiting_on_a_lock, url)
+                first.proc.kill()  # its change's write held up, and then cut off
+                first.proc.wait()
+            told = await everything_sent(chat)
+            # Not told the change was made: the review is what the next worker asks.
+            assert not any(e.get("action") == "change" for e in told), told
+            second = serve(site_env)
+            chat.events.clear()
+            await chat.connect(second.base)
+            again = await chat.next("elicit", 60)
+            assert again["key"] == "review", again
+            # Now the change goes through, is shown, and the worker dies right after.
+            await chat.send({**change_of(again), "change": "pick_seat"})
+            changed = await chat.next("elicit_complete", 30, action="change")
+            second.proc.kill()
+            second.proc.wait()
+            assert changed["elicit_id"] == again["elicit_id"]
+            third = serve(site_env)
+            try:
+                chat.events.clear()
+                await chat.connect(third.base)
+                asked = await chat.next("elicit", 60)
+                assert asked["key"] == "pick_seat", asked  # the change was on record
+            finally:
+                stop(third.proc)
+            await chat.close()
+    finally:
+        stop(first.proc)
+        if second is not None:
+            stop(second.proc)
+
+
+async def everything_sent(chat: RemoteChat) -> list[dict[str, Any]]:
+    """Every event the chat's socket got, to its end (its server was killed)."""
+    assert chat.socket is not None
+    async with asyncio.timeout(30):
+        async for message in chat.socket:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                chat.events.append(json.loads(message.data))
+    return list(chat.events)
+
+
+def change_of(form: dict[str, Any]) -> dict[str, Any]:
+    """The socket command that leaves ``form``'s question for an earlier one."""
+    return {
+        "type": "elicit_response",
+        "session_id": form["session_id"],
+        "call_id": form["call_id"],
+        "elicit_id": form["elicit_id"],
+    }
+
+
+def waiting_on_a_lock(url: str, timeout: float = 30.0) -> None:
+    """Return once a statement of the server waits on a row lock (the change's write)."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as db:
+        while time.monotonic() < deadline:
+            (count,) = db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            ).fetchone()
+            if count:
+                return
+            time.sleep(0.05)  # polling the server's state, not waiting for time to pass
+    raise AssertionError("no write of the server ever waited on the lock")

@@ -58,6 +58,7 @@ class Question:
 
     __slots__ = (  # one per open question: no dict
         "_checked",
+        "_closing",
         "_future",
         "answer",
         "attempts",
@@ -88,6 +89,7 @@ class Question:
         self.by_page = False  # answered on its URL page: the page's link is spent already
         self._future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
         self._checked: object = None  # the content this question validated last
+        self._closing = False  # taking no answer: it is being left (a change on its way)
 
     @property
     def id(self) -> str:
@@ -95,8 +97,13 @@ class Question:
 
     @property
     def open(self) -> bool:
-        """Not answered, expired, failed or refused too often yet."""
-        return not self._future.done()
+        """Not answered, expired, failed or refused too often yet, and not being left."""
+        return not self._future.done() and not self._closing
+
+    def closing(self) -> None:
+        """Take no answer from now on: the question is being left (an earlier answer is
+        changed, and the change is being put on record); ``fail`` closes it then."""
+        self._closing = True
 
     @property
     def ended(self) -> bool:
@@ -159,7 +166,7 @@ class Question:
         self._future.set_result(result)
 
     def fail(self, exc: BaseException) -> None:
-        """Close the question with ``exc`` raised in the tool (an abort)."""
+        """Close the question with ``exc`` raised in the tool (an abort, a change)."""
         if not self._future.done():
             self._future.set_exception(exc)
 

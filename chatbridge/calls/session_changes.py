@@ -109,9 +109,8 @@ class SessionChanges:
         return dataclasses.replace(request, exits=exits, changes=tuple(latest.values()))
 
     async def forked(self, changed: AnswerChanged) -> None:
-        """The tool unwound from a change: the journal forks at the changed question, in its
-        store first (a failure stops the call, as any journal write that fails), then here."""
-        await self._durably(self.journal_store.fork(cast("PluginSession", self), changed.seq))
+        """The tool unwound from a change: the journal forks here at the changed question (in
+        its store it forked before the question closed: ``change``)."""
         abandoned = self._journal.fork(changed.seq)
         logger.info("call %s forked: %d entries abandoned", self.id, len(abandoned))
         self._state.elicit_seq = 0
@@ -141,9 +140,17 @@ class SessionChanges:
         ):
             raise ElicitNotPending(self.id, elicit_id, None)
         seq = next(e.seq for i, e in self.asked() if i == chosen.elicit_id)
-        # Closed now, in this step: no answer can reach it any more. The tool unwinds, and
-        # the session forks the journal (durably first) before running it again (``forked``).
+        # No answer reaches it from now on; the change is on record (the journal forked in
+        # its store) before the question closes and anyone is told: a crash after that
+        # finds the change made, never the question it left. A failed write stops the call
+        # there, as any journal write that fails. Then the tool unwinds and runs again.
         logger.info("call %s: %s changes %s", self.id, by or "its user", chosen.elicit_id)
+        question.closing()
+        try:
+            await self._durably(self.journal_store.fork(cast("PluginSession", self), seq))
+        except BaseException as exc:
+            question.fail(exc)
+            raise
         self._changed = (elicit_id, chosen)
         question.fail(AnswerChanged(chosen, seq))
         # The progress shown so far belongs to the abandoned branch: say what happens now.

@@ -17,6 +17,7 @@ from chatbridge.author.exceptions import (
     DuplicateSession,
     ElicitNotPending,
     InvalidToolParams,
+    JournalWriteFailed,
     TooManyRefusedAnswers,
 )
 from chatbridge.author.language import gettext as _
@@ -64,6 +65,10 @@ logger = logging.getLogger("chatbridge.engine")
 NOT_OPEN_TO_CHANGE = (
     "That question is no longer open, so nothing was changed: change an answer from the "
     "question the tool asks now."
+)
+CHANGE_NOT_RECORDED = (
+    "The change could not be recorded (the server's database is unavailable), so it was not "
+    "made; the tool call stopped where it was, and resumes when the database is back."
 )
 
 
@@ -356,3 +361,5 @@ async def change_answer(session: PluginSession, elicit_id: str, target: str) -> 
         raise CommandRefused("CHANGE_REFUSED", str(refused)) from None
     except ElicitNotPending:
         raise CommandRefused("NOT_WAITING", NOT_OPEN_TO_CHANGE) from None
+    except (JournalWriteFailed, ClaimLost):  # not on record: the call stopped there
+        raise CommandRefused("UNAVAILABLE", CHANGE_NOT_RECORDED) from None
