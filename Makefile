@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs messages pytest test-fast fuzz race bench bench-quick clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs messages pytest test-fast fuzz race chaos bench bench-quick clean
 
 # The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
 # itself installed as a package (editable), as a project that uses it installs it.
@@ -113,6 +113,13 @@ fuzz: setup
 # The commitment race harness with 200 trials per abort path (make test runs 30).
 race: setup
 	CHATBRIDGE_RACE_TRIALS=200 $(BIN)/python -m pytest tests/test_commitment_races.py tests/test_commitment_restarts.py -p no:cacheprovider --timeout 3600
+
+# The outage and race harness (bench/chaos.py): PostgreSQL down 20, 40 and 120 s mid-step,
+# hundreds of bookings on every transport while workers are killed and Redis restarts, and the
+# race harness at 200 trials a path; what became of each booking, in bench/RESULTS.md.
+# About 25 minutes here. CHAOS_ARGS passes options (e.g. CHAOS_ARGS="--bookings 100").
+chaos: setup browser static
+	$(BIN)/python bench/chaos.py $(CHAOS_ARGS)
 
 # The benchmarks of bench/ (every goal of bench/RESULTS.md, measured side by side; they append
 # their results there). bench-quick runs smaller sizes in under two minutes.

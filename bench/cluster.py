@@ -1,6 +1,7 @@
-"""What a chat booking costs a cluster (issue 27, point 5): Redis commands, PostgreSQL
-transactions and server CPU per booking, for one uvicorn worker and for two behind HAProxy
-(docs/deploy.md's configuration), on PostgreSQL and a Redis of its own, measured in one run.
+"""What a booking costs a cluster (issue 27, point 5; issue 40: every transport): Redis
+commands, PostgreSQL transactions and server CPU per booking, for one uvicorn worker and for
+two behind HAProxy's round robin (docs/deploy.md's configuration), on PostgreSQL and a Redis of
+its own, measured in one run: the chat, legacy MCP, 2026-07-28 rounds and MCP Tasks.
 
 Counts, not times: Redis's ``INFO commandstats`` (every command, the benchmark's own INFO
 calls taken out), PostgreSQL's ``pg_stat_database`` for the cluster's database (commits and
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,26 @@ import django  # noqa: E402
 django.setup()  # the test helpers import the app's modules
 
 import aiohttp  # noqa: E402
+import httpx  # noqa: E402
+import mcp_types as types  # noqa: E402
 import psycopg  # noqa: E402
 import redis  # noqa: E402
+from mcp import Client  # noqa: E402
 
 from bench.common import append_results, goal, table  # noqa: E402
-from plugins.book_flight.data import seat_map_for  # noqa: E402
+from plugins.book_flight.data import search_flights, seat_map_for  # noqa: E402
 from tests.balancer import start_haproxy  # noqa: E402
 from tests.chat_http import RemoteChat  # noqa: E402
 from tests.servers import free_port, start_each, start_uvicorn, stop  # noqa: E402
+from tests.test_mcp import ROUTE, Person, free_seat  # noqa: E402
+from tests.test_mcp_sessions import (  # noqa: E402
+    MODERN,
+    at_seat_question,
+    paid_after_review,
+    retry,
+    seat_answer,
+)
+from tests.test_mcp_tasks import McpClient, booking_answer, run_to_end  # noqa: E402
 from tests.test_scale_out import cluster_database  # noqa: E402
 from tests.test_worker_faults import OwnRedis  # noqa: E402
 
@@ -147,24 +160,74 @@ def workers(
             stop(proc)
 
 
+async def chat_bookings(base: str, each: list[str], both: bool) -> Booker:
+    """The chat's booking through ``base`` (or, ``both``, on the first worker and shown on
+    the second)."""
+    if both:
+        base, watch_on = each[0], each[1]
+    else:
+        watch_on = ""
+
+    async def booking(http: aiohttp.ClientSession) -> int:
+        return await book(http, base, watch_on)
+
+    return booking
+
+
+async def mcp_bookings(base: str, how: str) -> Booker:
+    """book_flight over MCP through ``base`` (the balancer): the official Python SDK's
+    legacy client (pushed questions) or its 2026-07-28 client (input_required rounds, each
+    retry wherever round robin sends it), or the Tasks extension (raw JSON-RPC, as ext-tasks
+    clients speak it)."""
+    url = f"{base}/mcp"
+
+    async def legacy(http: aiohttp.ClientSession) -> int:
+        async with Client(url, mode="legacy", elicitation_callback=Person()) as client:
+            done = await client.call_tool("book_flight", ROUTE)
+        assert not done.is_error and (done.structured_content or {}).get("booked"), done
+        return 0
+
+    async def rounds(http: aiohttp.ClientSession) -> int:
+        flight = search_flights(ROUTE["origin"], ROUTE["destination"])[0].id
+        async with Client(url, mode=MODERN, elicitation_callback=Person()) as client:
+            key, state = await at_seat_question(client)
+            review = await retry(client, state, seat_answer(key, free_seat(flight)))
+            pay_key, pay_state = await paid_after_review(client, review)
+            answer = {pay_key: types.ElicitResult(action="accept")}
+            done = await retry(client, pay_state, answer)
+        assert isinstance(done, types.CallToolResult) and not done.is_error, done
+        return 0
+
+    async def tasks(http: aiohttp.ClientSession) -> int:
+        async with httpx.AsyncClient(timeout=60) as raw:
+            client = McpClient(raw, url)
+            created = await client.call("book_flight", ROUTE)
+            done = await run_to_end(client, created["taskId"], booking_answer)
+        assert done["status"] == "completed", done
+        return 0
+
+    return {"legacy MCP": legacy, "MCP 2026-07-28": rounds, "MCP Tasks": tasks}[how]
+
+
 async def phase(
-    env: dict[str, str], count: int, bookings: int, folder: Path, *, both: bool = False
+    env: dict[str, str], count: int, bookings: int, folder: Path, setup: str, how: str = "chat"
 ) -> dict[str, Any]:
-    """``both``: each conversation is shown on the two workers (booked on the first, watched
-    on the second)."""
+    """``bookings`` of ``how`` (the chat, the chat "shown on both" workers, or an MCP
+    transport) on ``count`` workers; their cost per booking."""
     with workers(env, count, folder) as (base, each, pids):
         meter = Meter(env, pids)
-        if both:
-            base, watch_on = each[0], each[1]
-        else:
-            watch_on = ""
+        booking = (
+            await chat_bookings(base, each, how == "shown on both")
+            if how in ("chat", "shown on both")
+            else await mcp_bookings(base, how)
+        )
         async with aiohttp.ClientSession() as http:
-            await book(http, base, watch_on)  # warm: first imports, first connections
+            await booking(http)  # warm: first imports, first connections
             before = await meter.read()
             started = time.monotonic()
             events = 0
             for _ in range(bookings):
-                events += await book(http, base, watch_on)
+                events += await booking(http)
             took = time.monotonic() - started
             after = await meter.read()
         await asyncio.sleep(took)  # idle as long: what the workers do on their own
@@ -175,15 +238,7 @@ async def phase(
     span = after[3] - before[3]
     busy = [(a - b) - rate * span for a, b, rate in zip(after[:3], before[:3], quiet, strict=True)]
     return {
-        "setup": (
-            "1 worker, SQLite"
-            if not env.get("REDIS_URL")
-            else "1 worker"
-            if count == 1
-            else "2 workers, shown on both"
-            if both
-            else "2 workers behind HAProxy"
-        ),
+        "setup": setup,
         "events": events / bookings,
         "workers": count,
         "redis": busy[0] / bookings,
@@ -210,16 +265,44 @@ def embedded(folder: Path) -> Iterator[dict[str, str]]:
     yield env
 
 
+SQLITE = "1 worker, SQLite"
+ROUND_ROBIN = "2 workers behind HAProxy"
+# (workers, setup, what is booked): the chat alone, then every transport through the balancer.
+PHASES = (
+    (1, "1 worker", "chat"),
+    (2, ROUND_ROBIN, "chat"),
+    (2, "2 workers, shown on both", "shown on both"),
+    (2, f"legacy MCP, {ROUND_ROBIN}", "legacy MCP"),
+    (2, f"MCP 2026-07-28, {ROUND_ROBIN}", "MCP 2026-07-28"),
+    (2, f"MCP Tasks, {ROUND_ROBIN}", "MCP Tasks"),
+)
+Booker = Callable[[aiohttp.ClientSession], Awaitable[int]]
+
+
 def goals(results: list[dict[str, Any]]) -> list[list[str]]:
     """Each goal: what is measured, against its bound (issue 27's Redis fan-out, issue 28's
     transactions and CPU)."""
     by = {r["setup"]: r for r in results}
-    sqlite, both = by["1 worker, SQLite"], by["2 workers, shown on both"]
-    cluster = [by["1 worker"], by["2 workers behind HAProxy"]]
+    sqlite, both = by[SQLITE], by["2 workers, shown on both"]
+    cluster = [by["1 worker"], by[ROUND_ROBIN]]
     redis_most = max(r["redis"] for r in cluster)
     pg_most = max(r["pg"] for r in [*cluster, both])
     cpu_ratio = by["1 worker"]["cpu_ms"] / sqlite["cpu_ms"]
+    through = [r for r in results if r["setup"].endswith(ROUND_ROBIN)]
+    redis_rr = max(r["redis"] for r in through)
+    pg_rr = max(r["pg"] for r in through)
     return [
+        [
+            "every transport through round robin: Redis commands a booking ≤ 30 (issue 40)",
+            f"{redis_rr:.0f}",
+            goal(redis_rr <= 30),
+        ],
+        [
+            "every transport through round robin: PostgreSQL transactions a booking ≤ 25 "
+            "(issue 40)",
+            f"{pg_rr:.1f}",
+            goal(pg_rr <= 25),
+        ],
         [
             "Redis commands a booking whose sockets are on its worker ≤ 20 (issue 27)",
             f"{redis_most:.0f}",
@@ -257,10 +340,10 @@ async def main() -> None:
             cluster_database(own.url) as env,
         ):
             with embedded(Path(tmp)) as alone:
-                results.append(await phase(alone, 1, args.bookings, Path(tmp)))
+                results.append(await phase(alone, 1, args.bookings, Path(tmp), SQLITE))
             env = {**env, "CHATBRIDGE_MCP_PUBLIC": "1"}
-            for count, both in ((1, False), (2, False), (2, True)):
-                results.append(await phase(env, count, args.bookings, Path(tmp), both=both))
+            for count, setup, how in PHASES:
+                results.append(await phase(env, count, args.bookings, Path(tmp), setup, how))
     finally:
         own.kill()
 
@@ -292,10 +375,13 @@ async def main() -> None:
         "idle PostgreSQL transactions / s",
     ]
     body = (
-        f"{args.bookings} chat bookings one after the other per setup "
-        "(after one to warm up), each through the JSON socket and the payment page over HTTP "
-        "(with two workers, through HAProxy; or on the first worker with the conversation "
-        "open on the second too, which sees every event); "
+        f"{args.bookings} bookings one after the other per setup "
+        "(after one to warm up): chat bookings through the JSON socket and the payment page "
+        "over HTTP (with two workers, through HAProxy; or on the first worker with the "
+        "conversation open on the second too, which sees every event), and MCP bookings of "
+        "book_flight through HAProxy's round robin on each transport (the official Python "
+        "SDK's legacy and 2026-07-28 clients, the Tasks extension over raw JSON-RPC; the "
+        "payment page over HTTP through the balancer too); "
         "what the workers do on their own meanwhile (the idle columns, measured as long again "
         "without bookings) is taken out.\n\n"
         + table(headers, rows)

@@ -245,8 +245,11 @@ CHATBRIDGE_MCP_STATE_TTL = float(os.environ.get("CHATBRIDGE_MCP_STATE_TTL", "900
 CHATBRIDGE_MCP_REQUEST_TIMEOUT = float(os.environ.get("CHATBRIDGE_MCP_REQUEST_TIMEOUT", "120"))
 # Seconds writes and reads of the runtime wait for a database that went away (a restart).
 CHATBRIDGE_DB_RETRY_SECONDS = float(os.environ.get("CHATBRIDGE_DB_RETRY_SECONDS", "30"))
-# Seconds between two looks for committed calls (a payment taken) whose worker is gone.
+# Seconds between two looks for calls no live worker holds that cannot wait (a payment taken).
 CHATBRIDGE_COMMITMENT_SWEEP = float(os.environ.get("CHATBRIDGE_COMMITMENT_SWEEP", "5"))
+# Seconds between two reads of answers on record that no message brought (a page paid while
+# Redis was down).
+CHATBRIDGE_RECHECK_SECONDS = float(os.environ.get("CHATBRIDGE_RECHECK_SECONDS", "5"))
 CHATBRIDGE_MCP_SSE_RETRY_MS = env_int(_env, "CHATBRIDGE_MCP_SSE_RETRY_MS", 1000)
 # Caps per MCP caller (a user's tokens, or one client address) and idle legacy sessions.
 CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER = int(

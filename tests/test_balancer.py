@@ -243,27 +243,32 @@ async def test_a_legacy_session_whose_worker_was_killed_is_not_found_at_once(
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["mcp-push", "mcp-respond"])
 async def test_a_legacy_call_whose_worker_is_killed_ends_on_record_and_its_client_is_told(
     site: Site,
     cluster: dict[str, str],  # noqa: F811
+    transport: str,
 ) -> None:
     """The worker holding a legacy MCP session dies (SIGKILL) while its call waits for the
-    person's answer: the call ends on record (never live for ever, listed to operators), and
-    the official client, which reconnects to the worker left, is told it ended within
-    seconds, instead of waiting until its own timeout."""
-    asked = asyncio.Event()
+    person's answer (a pushed question, or a ``_respond`` request): the call ends on record
+    (never live for ever, listed to operators), and the official client, which reconnects to
+    the worker left, is told it ended within seconds, instead of waiting until its own
+    timeout."""
     thinking = asyncio.Event()  # the person never answers: the worker dies first
 
     async def person(context: Any, params: Any) -> types.ElicitResult:
-        asked.set()
         await thinking.wait()
         return types.ElicitResult(action="cancel")
 
-    async with Client(f"{site.url}/mcp", mode="legacy", elicitation_callback=person) as client:
+    async def notes(params: Any) -> None:  # a _respond request arrives as a notification
+        return None
+
+    options: dict[str, Any] = (
+        {"elicitation_callback": person} if transport == "mcp-push" else {"logging_callback": notes}
+    )
+    async with Client(f"{site.url}/mcp", mode="legacy", **options) as client:
         call = asyncio.create_task(client.call_tool("book_flight", ROUTE))
-        await asyncio.wait_for(asked.wait(), 30)
-        [row] = [r for r in active_rows(cluster) if r[1] == "mcp-push"]
-        call_id, _, holder = row
+        call_id, holder = await asyncio.to_thread(asking, cluster, transport)
         [victim] = [p for p in site.procs if holder.endswith(f":{p.pid}")]
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
@@ -281,6 +286,21 @@ async def test_a_legacy_call_whose_worker_is_killed_ends_on_record_and_its_clien
     assert took < HOLDER_GONE_BOUND
     row_now = cluster_rows(cluster, call_id)
     assert row_now["status"] == "aborted", row_now
+
+
+def asking(cluster: dict[str, str], transport: str) -> tuple[str, str]:  # noqa: F811
+    """(call id, holder) of the call of ``transport`` once it waits for an answer on record."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = [
+            (c, w)
+            for c, t, w, s in active_rows(cluster)
+            if (t, s) == (transport, "awaiting_elicit")
+        ]
+        if found:
+            return found[0]
+        time.sleep(0.1)  # polling the record, not waiting for time to pass
+    raise AssertionError(f"no {transport} call came to ask")
 
 
 @pytest.mark.slow
@@ -323,13 +343,13 @@ BLIP = 5.0  # seconds Redis is away
 HOLDER_GONE_BOUND = 20.0  # seconds from the kill to the client being told
 
 
-def active_rows(cluster: dict[str, str]) -> list[tuple[str, str, str]]:  # noqa: F811
-    """(call id, transport, holder) of every live call on record."""
+def active_rows(cluster: dict[str, str]) -> list[tuple[str, str, str, str]]:  # noqa: F811
+    """(call id, transport, holder, status) of every live call on record."""
     import psycopg
 
     with psycopg.connect(cluster["DATABASE_URL"].replace("postgres://", "postgresql://")) as db:
         return db.execute(
-            "SELECT id, transport, worker FROM chatbridge_chat_toolsession "
+            "SELECT id, transport, worker, status FROM chatbridge_chat_toolsession "
             "WHERE status IN ('running', 'awaiting_elicit', 'awaiting_sample')"
         ).fetchall()
 
