@@ -79,24 +79,28 @@ def stop(proc: subprocess.Popen[bytes], patience: float = 5.0) -> None:
         proc.wait(timeout=5)
 
 
+# Every test client comes from 127.0.0.1: the per-address cap of MCP sessions (32) would count
+# a whole test run's clients as one caller, and so would the chat's caps per client address.
+# The caps have tests of their own (test_mcp_caps.py, test_visitor_limits.py,
+# test_queue_limits.py and, behind HAProxy, test_socket_servers.py).
+ONE_ADDRESS = {
+    "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": "100000",
+    "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": "100000",
+    "CHATBRIDGE_SOCKETS_PER_ADDRESS": "none",
+    "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS": "none",
+    "CHATBRIDGE_QUEUE_PER_ADDRESS": "none",
+    "CHATBRIDGE_WS_RATE_PER_ADDRESS": "1000000",
+    "CHATBRIDGE_WS_BURST_PER_ADDRESS": "1000000",
+}
+
+
 def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[str, str]:
     """The environment of a server on a fresh SQLite ``database``, migrated."""
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{database}",
         "DJANGO_SETTINGS_MODULE": settings,
-        # Every test client comes from 127.0.0.1: the per-address cap of MCP sessions (32)
-        # would count a whole test run's clients as one caller. The caps have tests of their
-        # own (test_mcp_caps.py).
-        "CHATBRIDGE_MCP_MAX_SESSIONS_PER_CALLER": "100000",
-        "CHATBRIDGE_MCP_MAX_CALLS_PER_CALLER": "100000",
-        # The chat's caps per client address likewise (tested in test_visitor_limits.py,
-        # test_queue_limits.py and, behind HAProxy, test_socket_servers.py).
-        "CHATBRIDGE_SOCKETS_PER_ADDRESS": "none",
-        "CHATBRIDGE_RUNNING_TURNS_PER_ADDRESS": "none",
-        "CHATBRIDGE_QUEUE_PER_ADDRESS": "none",
-        "CHATBRIDGE_WS_RATE_PER_ADDRESS": "1000000",
-        "CHATBRIDGE_WS_BURST_PER_ADDRESS": "1000000",
+        **ONE_ADDRESS,
     }
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],

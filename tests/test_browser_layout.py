@@ -47,7 +47,8 @@ def seed_chats(database: Path, owner: str, titles: list[str]) -> list[str]:
             when = (now - timedelta(minutes=n + 1)).strftime("%Y-%m-%d %H:%M:%S.%f")
             db.execute(
                 "INSERT INTO chatbridge_chat_conversation (id, owner, title, phase, created_at,"
-                " updated_at, turn_worker, turn_expires) VALUES (?, ?, ?, 'idle', ?, ?, '', NULL)",
+                " updated_at, turn_worker, turn_address, turn_expires)"
+                " VALUES (?, ?, ?, 'idle', ?, ?, '', '', NULL)",
                 (chat, owner, title, when, when),
             )
             db.execute(

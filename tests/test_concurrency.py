@@ -15,7 +15,7 @@ import pytest
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat
 from tests.production import Production, production_env, start_production
-from tests.servers import stop
+from tests.servers import ONE_ADDRESS, stop
 from tests.test_services import PG_HOST, PG_PORT, require
 
 BOOK = "Book a flight from JFK to LAX"
@@ -46,7 +46,8 @@ async def book(http: aiohttp.ClientSession, base: str) -> RemoteChat:
 
 @pytest.fixture
 def sqlite_server(tmp_path: Path) -> Iterator[Production]:
-    server = start_production(tmp_path, production_env(tmp_path))
+    # 200 people, here all from 127.0.0.1: the caps per client address would see one.
+    server = start_production(tmp_path, production_env(tmp_path, **ONE_ADDRESS))
     try:
         yield server
     finally:

@@ -48,6 +48,8 @@ def abort_tool_session(
             return f"Session {session.id} on worker {worker} was not stopped: {reply.said}"
         if reply.decision == "pending":
             return f"Session {session.id}: worker {worker} took the abort; it is under way."
+        if reply.decision == "ended":  # it ended first (its end was being put on record)
+            return f"Session {session.id} on worker {worker} had already ended; nothing to stop."
         return f"Session {session.id} aborted on worker {worker}."
     # No worker answered. A holder that is alive keeps its call (its channel layer may be
     # away, or it is busy): only a gone holder's call is ended on record.

@@ -41,6 +41,7 @@ from chatbridge.chat.broadcast import (
     join_round,
     publish,
 )
+from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import (
     AbortCall,
     Aborted,
@@ -155,6 +156,7 @@ class WorkerListener:
                     # (Python 3.11's ``cancelling()`` cannot tell: a child's failure leaves
                     # it raised.)
                     return
+                note_trouble()
                 while isinstance(exc, ExceptionGroup) and exc.exceptions:
                     exc = exc.exceptions[0]
                 logger.warning(

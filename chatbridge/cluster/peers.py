@@ -18,6 +18,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import (
     AbortCall,
     Aborted,
@@ -186,6 +187,7 @@ async def _ask_worker(
         return None
     exc = asking.exception()
     if exc is not None:  # the channel layer is down: the worker cannot be reached
+        note_trouble()
         logger.warning("%s to %s failed: %s", what, worker, exc)
         return None
     return asking.result()

@@ -51,6 +51,7 @@ from chatbridge.author.model_context import CONTEXT_KEY, encode_message, with_co
 from chatbridge.calls.drive import EndEvent, Pause
 from chatbridge.calls.events import LogEvent, ProgressEvent, SessionEvent
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.cluster.layer_health import trouble_within
 from chatbridge.mcp.exits_wire import EXITS_META, ChangeTo, change_of, exits_meta
 from chatbridge.mcp.levels import hears
 from chatbridge.mcp.modes import ModeNotDeclared, modes_of
@@ -70,9 +71,6 @@ __all__ = [
 
 logger = logging.getLogger("chatbridge.mcp")
 
-# Unanswered pings in a row after which a client counts as gone: three, a ping every 5 s with
-# 5 s to answer each, is half a minute, longer than a Redis restart that holds up the answers.
-PINGS_MISSED = 3
 
 Ask = Callable[[ElicitRequest, str], Awaitable[ElicitResult[Any] | None]]
 
@@ -358,10 +356,9 @@ class PushCarrier:
 
 async def pinged_out(ctx: ServerRequestContext[Any, Any], every: float) -> None:
     """Ping the client of this request every ``every`` seconds on the request's stream; return
-    when it has answered none of ``PINGS_MISSED`` in a row (a client that crashed sends no
-    close). One unanswered ping says little: its answer may be stuck between two workers
-    while Redis is away a few seconds, the client being there all along."""
-    missed = 0
+    when it fails to answer one in as long (a client that crashed sends no close), unless the
+    channel layer failed meanwhile: the ping or its answer may then be stuck between two
+    workers (Redis restarting), the client being there all along."""
     while True:
         await asyncio.sleep(every)
         try:
@@ -372,9 +369,8 @@ async def pinged_out(ctx: ServerRequestContext[Any, Any], every: float) -> None:
                 metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
             )
         except MCPError as exc:
-            missed += 1
-            logger.info("MCP client did not answer a ping (%d): %s", missed, exc.error.message)
-            if missed >= PINGS_MISSED:
-                return
-        else:
-            missed = 0
+            if trouble_within(3 * every):
+                logger.info("MCP client did not answer a ping while Redis failed: %s", exc)
+                continue
+            logger.info("MCP client did not answer a ping: %s", exc.error.message)
+            return

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chatbridge.asgi_types import Message, Receive, Scope, Send
+from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import RelayRequest
 from chatbridge.mcp.callers import Caller, enter
 
@@ -261,12 +262,14 @@ class _Failing:
     """The channel layer failing for a relayed request: backing off, and for how long."""
 
     def __init__(self, what: str, first: Exception) -> None:
+        note_trouble()
         self.what, self.delay = what, BACKOFF_FIRST
         self.since = asyncio.get_running_loop().time()
         logger.warning("%s failed (%r): waiting up to %.0f s for it", what, first, PATIENCE)
 
     async def wait(self) -> bool:
         """Back off before the next try; False once ``PATIENCE`` has passed."""
+        note_trouble()
         if asyncio.get_running_loop().time() - self.since >= PATIENCE:
             logger.warning("%s: the channel layer stayed away; giving up", self.what)
             return False
