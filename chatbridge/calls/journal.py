@@ -273,6 +273,23 @@ class Journal:
         entry = self._entries.get((scope, pos))
         if entry is None:
             return None
+        self._same(entry, kind, key, digest)
+        if isinstance(self._unconsumed, set):
+            self._unconsumed.discard((scope, pos))
+        return entry
+
+    def started(self, scope: str, pos: int, key: str, digest: str) -> JournalEntry | None:
+        """The start on record of the step at (``scope``, ``pos``) whose result is not (an
+        interrupted run's), if there is one; a different step there raises divergence."""
+        entry = self._started.get((scope, pos)) if self._started else None
+        if entry is not None:
+            self._same(entry, "step", key, digest)
+        return entry
+
+    def _same(self, entry: JournalEntry, kind: EntryKind, key: str, digest: str) -> None:
+        """Raise ``ReplayDivergence`` unless the tool now makes the call ``entry`` records."""
+        assert entry.pos is not None
+        scope, pos = entry.scope, entry.pos
         if (entry.kind, entry.key) != (kind, key):
             raise ReplayDivergence(self._tool, scope, pos, entry.describe(), f"{kind} {key!r}")
         if entry.digest is not None and entry.digest != digest:
@@ -283,27 +300,6 @@ class Journal:
                 f"{entry.describe()} (request digest {entry.digest[:12]})",
                 f"{kind} {key!r} with {_DIGESTED[kind]} (request digest {digest[:12]})",
             )
-        if isinstance(self._unconsumed, set):
-            self._unconsumed.discard((scope, pos))
-        return entry
-
-    def started(self, scope: str, pos: int, key: str, digest: str) -> JournalEntry | None:
-        """The start on record of the step at (``scope``, ``pos``) whose result is not (an
-        interrupted run's), if there is one; a different step there raises divergence."""
-        entry = self._started.get((scope, pos)) if self._started else None
-        if entry is None:
-            return None
-        if entry.key != key:
-            raise ReplayDivergence(self._tool, scope, pos, entry.describe(), f"step {key!r}")
-        if entry.digest is not None and entry.digest != digest:
-            raise ReplayDivergence(
-                self._tool,
-                scope,
-                pos,
-                f"{entry.describe()} (request digest {entry.digest[:12]})",
-                f"step {key!r} with {_DIGESTED['step']} (request digest {digest[:12]})",
-            )
-        return entry
 
     def note_raised(self, entry: JournalEntry) -> None:
         """A live step's function raised (``entry``'s result: ``RAISED``): a replay from here
