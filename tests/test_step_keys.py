@@ -246,3 +246,42 @@ def test_a_started_step_replayed_as_another_step_diverges() -> None:
         journal.started("", 1, "issue_ticket", "e" * 64)
     with pytest.raises(ReplayDivergence, match="the tool now called step 'refund'"):
         journal.started("", 1, "refund", "d" * 64)
+
+
+async def test_a_step_that_raised_runs_again_on_replay_even_without_a_key(
+    fresh_runtime: ChatBridgeRuntime,
+) -> None:
+    """A step function that raised did not return: on record so (its start notes the error),
+    a replay runs it again, as it would have before steps' starts were recorded."""
+    tries: list[int] = []
+
+    def flaky(route: str) -> str:
+        tries.append(len(tries) + 1)
+        if len(tries) == 1:
+            raise ConnectionError("the office hung up")
+        return f"T-{route}"
+
+    async def run(params: Route, ctx: ToolContext) -> dict[str, Any]:
+        try:
+            ticket = await ctx.step("issue_ticket", flaky, params.route)
+        except ConnectionError:
+            ticket = ""
+        await ctx.elicit(PAY, message="Pay for the ticket")  # where the call is interrupted
+        return {"ticket": ticket}
+
+    tool = create_mcp_tool("buy_ticket").parameters(Route).elicits(PAY).execute(run)
+    session = await fresh_runtime.manager.create(tool, {}, call_id="call-raised")
+    await session.settled()
+    await session.park()
+    journal = await sync_to_async(journal_of)("call-raised")
+    [started] = [e for e in journal if e["kind"] == "step"]
+    assert started["started"] is True and started["result"] == {
+        "raised": "ConnectionError: the office hung up"
+    }
+    resumed = await fresh_runtime.manager.create(tool, {}, call_id="call-raised", journal=journal)
+    await resumed.settled()
+    assert tries == [1, 2]  # run again on replay, and this time it returned
+    assert resumed.pending is not None and resumed.pending.key == "pay"
+    rows = await sync_to_async(step_rows)("call-raised")
+    assert rows == [(started["seq"], {"value": "T-JFK-LAX"})]
+    await resumed.park()
