@@ -109,6 +109,9 @@ class DjangoCallStore:
     async def load(self, call_id: str) -> StoredCall | None:
         return await sync_to_async(_load)(call_id)
 
+    async def live_holder(self, call_id: str) -> str | None:
+        return await CallLease().live_holder(call_id)
+
     async def alive(self, worker: str) -> bool:
         return await sync_to_async(worker_alive)(worker)
 
@@ -147,6 +150,9 @@ class DjangoTaskCluster:
 
     async def find(self, call_id: str) -> TaskRecord | None:
         return await sync_to_async(_find_task)(call_id)
+
+    async def live_holder(self, call_id: str) -> str | None:
+        return await CallLease().live_holder(call_id)
 
     async def alive(self, worker: str) -> bool:
         return await sync_to_async(worker_alive)(worker)

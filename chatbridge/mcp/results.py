@@ -67,6 +67,10 @@ class CallStore(Protocol):
 
     async def load(self, call_id: str) -> StoredCall | None: ...
 
+    async def live_holder(self, call_id: str) -> str | None:
+        """Who holds the live call (a read of its lease alone), or None if it has ended."""
+        ...
+
     async def alive(self, worker: str) -> bool: ...
 
     async def claim(self, call_id: str, holder: str) -> bool:

@@ -177,6 +177,14 @@ class Rounds:
         session = self.manager.get(call_id) or self._live.get(call_id)
         ended = self._ended.get(call_id)
         if session is None and ended is None:
+            # Held by another live worker (its lease read alone): that one serves it.
+            holder = await self.store.live_holder(call_id) if self.store is not None else None
+            if not routed and holder is not None and await self._elsewhere(holder):
+                message = request_of(tool.name, arguments, state, responses, channel.modes, meta)
+                served = await self._route(holder, message)
+                if served is not None:
+                    return served
+                # Its holder died before it answered: the call is taken over here.
             stored = await self.store.load(call_id) if self.store is not None else None
             if stored is None:
                 return error_of(
@@ -184,15 +192,7 @@ class Rounds:
                     "tool again without requestState."
                 )
             if stored.status in ("running", "awaiting_elicit", "awaiting_sample"):
-                if not routed and await self._elsewhere(stored.worker):
-                    message = request_of(
-                        tool.name, arguments, state, responses, channel.modes, meta
-                    )
-                    served = await self._route(stored.worker, message)
-                    if served is not None:
-                        return served
-                    # Its holder died before it answered: the call is taken over here.
-                await self._claim(call_id, stored.worker)
+                await self._claim(call_id, stored.worker)  # refused if its holder lives
                 session = self.manager.get(call_id)  # resumed meanwhile (a takeover's sweep)
                 if session is None:
                     logger.info("resuming MCP call %s from its journal", call_id)

@@ -36,6 +36,10 @@ class TaskCluster(Protocol):
 
     async def find(self, call_id: str) -> TaskRecord | None: ...
 
+    async def live_holder(self, call_id: str) -> str | None:
+        """Who holds the live task (a read of its lease alone), or None if it has ended."""
+        ...
+
     async def alive(self, worker: str) -> bool: ...
 
     async def claim(self, call_id: str, worker: str) -> bool:

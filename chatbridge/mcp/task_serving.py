@@ -183,23 +183,13 @@ class TaskServing:
     async def _elsewhere(
         self, op: str, task_id: str, responses: Mapping[str, Any], routed: bool, origin: str
     ) -> PluginSession | dict[str, Any]:
-        """A task not live here: its record, its worker's answer, or the session resumed."""
+        """A task not live here: its worker's answer, its record, or the session resumed."""
         cluster = self.cluster
-        record = await cluster.find(task_id) if cluster is not None else None
-        if cluster is None or record is None:
+        if cluster is None:
             raise not_found()
-        now = datetime.now(UTC)
-        if record.call.status not in _ACTIVE:
-            if (record.ended_at or record.updated_at) + timedelta(seconds=self.ttl) < now:
-                raise not_found(GONE)
-            return self._recorded(task_id, record)
-        holder = record.worker
-        elsewhere = holder != cluster.worker and await cluster.alive(holder)
-        expired = record.updated_at + timedelta(seconds=self.ttl) < now
-        if expired and not elsewhere and not record.call.committed:
-            # Suspended past its ttl, its worker gone: not resumed, ended on record.
-            return await self._end_expired(task_id, holder)
-        if elsewhere:
+        # Held by another live worker (its lease read alone): that one serves it.
+        holder = await cluster.live_holder(task_id)
+        if holder is not None and holder != cluster.worker and await cluster.alive(holder):
             if routed:  # the holder sent it here: it does not hold it any more; ask again
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
             message = {"op": op, "task_id": task_id, "responses": dict(responses), "origin": origin}
@@ -211,6 +201,22 @@ class TaskServing:
                     raise MCPError(int(reply["error"]["code"]), str(reply["error"]["message"]))
                 return dict(reply["task"])
             # Its holder died before it answered: the task is taken over here.
+        record = await cluster.find(task_id)
+        if record is None:
+            raise not_found()
+        now = datetime.now(UTC)
+        if record.call.status not in _ACTIVE:
+            if (record.ended_at or record.updated_at) + timedelta(seconds=self.ttl) < now:
+                raise not_found(GONE)
+            return self._recorded(task_id, record)
+        holder = record.worker
+        expired = record.updated_at + timedelta(seconds=self.ttl) < now
+        alive_elsewhere = holder != cluster.worker and await cluster.alive(holder)
+        if expired and not alive_elsewhere and not record.call.committed:
+            # Suspended past its ttl, its worker gone: not resumed, ended on record.
+            return await self._end_expired(task_id, holder)
+        if alive_elsewhere:  # it came to life (or was taken) since its lease was read
+            raise MCPError(INTERNAL_ERROR, UNREACHABLE)
         if not await cluster.claim(task_id, holder):
             raise MCPError(INTERNAL_ERROR, UNREACHABLE)  # another worker took it over just now
         return await self._resume(task_id, record, origin)
