@@ -231,6 +231,15 @@ def settle(url: str, office: TicketOffice, bookings: list[Booking]) -> None:
 
 
 def tally(name: str, faults: Counter[str], bookings: list[Booking]) -> list[Any]:
+    for b in bookings:
+        if b.verdict() not in ("booked once", "not booked") or not b.truthful():
+            print(
+                f"{name}: {b.transport} {b.call_id} {b.verdict()}: status {b.status}, "
+                f"tickets {b.tickets}, told {b.told!r}"
+            )
+    why_not = Counter(b.told[:100] for b in bookings if b.verdict() == "not booked")
+    for told, times in why_not.most_common():
+        print(f"{name}: not booked ({times}): {told}")
     verdicts = Counter(b.verdict() for b in bookings)
     lies = sum(1 for b in bookings if not b.truthful())
     return [
@@ -332,11 +341,13 @@ async def storm(count: int, concurrency: int, every: float, tmp: Path) -> list[l
 
             async def inject() -> None:
                 rng = random.Random(40)
+                kill = True
                 while not done.is_set():
                     await asyncio.sleep(every)  # the fault rate, not a synchronisation
                     if done.is_set():
                         return
-                    if rng.random() < 0.5:
+                    kill = not kill  # in turn: a worker killed, Redis stopped
+                    if kill:
                         i = rng.randrange(len(procs))
                         procs[i].send_signal(signal.SIGKILL)
                         procs[i].wait()
@@ -394,7 +405,7 @@ async def main() -> None:
     parser.add_argument("--outage-trials", type=int, default=1)
     parser.add_argument("--bookings", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--every", type=float, default=8.0, help="seconds between faults")
+    parser.add_argument("--every", type=float, default=3.0, help="seconds between faults")
     parser.add_argument("--race", type=int, default=200)
     args = parser.parse_args()
     rows: list[list[Any]] = []

@@ -62,6 +62,7 @@ WORKERS_GROUP = "chatbridge.workers"
 PEER_TIMEOUT = 1.5  # seconds a worker has to acknowledge a message routed to it
 FORWARD_TIMEOUT = 7.0  # an abort waits for the tool to stop (its grace is 5 s)
 ROUND_TIMEOUT = 30.0  # a retry may wait for a URL question's page (20 s) before it answers
+TASK_TIMEOUT = 20.0  # a task request rides out a Redis restart (its worker rejoining) in this
 WATCH_SECONDS = 1.0  # how often a worker asked to answer is looked at, to see if it died
 ACK_SECONDS = 1.0  # a routed request not acknowledged this soon was lost, and is sent again
 
@@ -197,28 +198,38 @@ async def _until_outcome(
     worker: str, message: WorkerRequest, timeout: float, resend: bool
 ) -> WorkerReply | None:
     """``message`` to ``worker``, sent again while it is not acknowledged; its outcome, or
-    None after ``timeout``."""
+    None after ``timeout``. The channel layer failing (Redis restarting) is ridden out until
+    then: it is tried again every ``ACK_SECONDS``, not taken for the worker being gone."""
     layer = get_channel_layer()
     assert layer is not None
-    reply_to = await layer.new_channel()
-    sent = _sent(message, reply_to)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    reply_to = ""
     received, first = False, True
     while True:
-        if not received and (resend or first):
-            first = False
-            await layer.group_send(worker_group(worker), sent)
         remaining = deadline - loop.time()
         if remaining <= 0:
             return None
-        wait = remaining if received or not resend else min(ACK_SECONDS, remaining)
         try:
+            if not reply_to:
+                reply_to = await layer.new_channel()
+            if not received and (resend or first):
+                first = False
+                await layer.group_send(worker_group(worker), _sent(message, reply_to))
+            wait = remaining if received or not resend else min(ACK_SECONDS, remaining)
             reply = parse_reply(await asyncio.wait_for(layer.receive(reply_to), wait))
         except TimeoutError:
             if received:
                 return None
             continue  # not acknowledged: lost on the way, sent again
+        except Exception as exc:  # the layer failed: once it is back, the message goes again
+            note_trouble()
+            if not resend:
+                raise
+            logger.info("routing to %s: the channel layer failed (%r); trying again", worker, exc)
+            first, received = True, False  # its outcome may have been lost with Redis too
+            await asyncio.sleep(min(ACK_SECONDS, max(deadline - loop.time(), 0)))
+            continue
         if isinstance(reply, Received):
             received = True
         elif reply is not None:
@@ -243,7 +254,7 @@ async def route_task(worker: str, request: Mapping[str, Any]) -> dict[str, Any] 
     if worker == WORKER_ID or not worker:
         return None
     message = TaskRequest.model_validate(request)
-    reply = await _ask_worker(worker, message, FORWARD_TIMEOUT, "routing a task request")
+    reply = await _ask_worker(worker, message, TASK_TIMEOUT, "routing a task request")
     if not isinstance(reply, TaskDone):
         return None
     if reply.error is not None:

@@ -14,9 +14,11 @@ conversation's turn still unwinding) is tried again at the next pass, until it i
 - an MCP call carried by one request (legacy push, ``_respond``) that did not commit is ended on
   record, aborted by the server: its request died with its worker, and its client, when it
   next asks, is told to call the tool again;
-- every other call waits for its person or client: a chat call is resumed when its chat
-  connects, a 2026-07-28 call or a task by its client's next request (or ended past its time,
-  ``chatbridge.mcp.parked``).
+- a chat call is resumed through its conversation's recovery too (it waits there on its
+  question, on a live worker, until its person comes back or it expires), so that no call
+  stays live on a dead worker; its person's chat resumes it at once when it connects first;
+- a 2026-07-28 call or a task waits for its client's next request, which takes it over (or it
+  is ended past its time, ``chatbridge.mcp.parked``).
 
 Each is taken by compare-and-set on the holder seen (``chatbridge.records.lease``), so exactly one
 worker takes it.
@@ -69,10 +71,11 @@ class Orphan:
 
 
 def orphans(handed_over: list[str]) -> list[Orphan]:
-    """The live calls that cannot wait for their person or client (committed, or carried by
-    a request) whose holder is gone, and the calls this worker handed over."""
+    """The live calls whose holder is gone and that no client's request takes over
+    (committed ones, those carried by a request, the chat's), and the calls this worker
+    handed over."""
     active = ToolSession.objects.filter(status__in=ACTIVE_STATUSES)
-    urgent = Q(committed__gt="") | Q(transport__in=HELD_BY_REQUEST)
+    urgent = Q(committed__gt="") | Q(transport__in=HELD_BY_REQUEST) | Q(conversation__isnull=False)
     gone = active.filter(urgent).exclude(worker__in=live_workers())
     here = active.filter(id__in=handed_over, worker=WORKER_ID)
     rows = (gone | here).only(
