@@ -233,6 +233,7 @@ async def ended(pg: PrivatePostgres, call_id: str) -> dict[str, Any]:
         await asyncio.sleep(0.2)  # polling the record, as an operator's page would
 
 
+@pytest.mark.timeout(180)  # three server starts, each slow when the suite loads both cores
 async def test_a_change_the_person_was_told_of_survives_a_kill(
     pg: PrivatePostgres, site_env: dict[str, str]
 ) -> None:
