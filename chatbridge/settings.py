@@ -138,8 +138,10 @@ else:
 
 _redis_url = os.environ.get("REDIS_URL")
 CHANNEL_LAYERS: dict[str, Any] = {
+    # What the workers ask each other: Redis pub/sub, one PUBLISH a message, and a message
+    # that reaches nobody is a failure its sender rides out (chatbridge.cluster.workers_layer).
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "chatbridge.cluster.workers_layer.WorkersLayer",
         "CONFIG": {
             # No idle timeout, a pool of 1000, dead pooled connections retried (a restart).
             "hosts": [redis_host(_redis_url)],

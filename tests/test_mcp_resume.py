@@ -51,7 +51,12 @@ async def test_a_session_replays_its_own_events_only() -> None:
     assert await replayed(mine, start) == ("1", ["notifications/mine"])
     assert await replayed(mine, their_start) == (None, [])  # not its session: nothing
     assert await replayed(mine, "forged") == (None, [])
-    assert await replayed(mine, f"{'a' * 32}:0:7") == (None, [])  # no such stream
+    assert await replayed(mine, f"{'a' * 32}:5:7") == (None, [])  # no such stream
+    # A priming event is not kept (it carries no message): after it, a stream with nothing
+    # yet replays nothing, and is resumed.
+    primed = await mine.store_event("2", None)
+    assert primed == f"{'a' * 32}:0:2" and await log.after(f"{'a' * 32}:2", 0) is None
+    assert await replayed(mine, primed) == ("2", [])
 
 
 async def test_the_memory_log_keeps_the_newest_events_within_its_caps() -> None:
@@ -84,7 +89,12 @@ async def test_the_redis_log_is_shared_bounded_and_expires() -> None:
         assert await worker_b.after("s", 0) == [(2, "bbbb"), (3, "cccc")]
         keys = sorted(await worker_a.redis.keys("test:*"))
         ttls = [await worker_a.redis.pttl(key) for key in keys]
-        assert len(keys) == 4 and all(0 < ttl <= 60_000 for ttl in ttls)
+        assert len(keys) == 2 and all(0 < ttl <= 60_000 for ttl in ttls)  # a list a stream
+        # Past the size cap the oldest go, counted from the sizes the list keeps itself.
+        await worker_a.append("s", "d" * 7)
+        assert await worker_b.after("s", 0) == [(4, "d" * 7)]  # "cccc" + 7 bytes is over 10
+        assert await worker_a.append("s", "x" * 50) == 5  # alone over the cap: kept, alone
+        assert await worker_b.after("s", 3) == [(5, "x" * 50)]
         await worker_a.aclose()
         await worker_b.aclose()
     finally:

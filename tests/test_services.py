@@ -98,7 +98,7 @@ def test_redis_url_selects_the_redis_channel_layer_and_carries_messages() -> Non
         "asyncio.run(main())",
         REDIS_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/0",
     )
-    assert out.split() == ["RedisChannelLayer", "über"]
+    assert out.split() == ["WorkersLayer", "über"]
 
 
 def test_without_urls_the_embedded_defaults_are_used() -> None:

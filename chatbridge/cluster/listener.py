@@ -12,15 +12,17 @@ tasks) instead of looking for them.
 The listener is supervised: on a channel-layer error, its own or one met anywhere in the process
 (``viewers.layer_failed``), it backs off and joins its groups again (and re-joins them every few
 seconds anyway, since a restarted Redis forgets them without any error reaching a blocked
-receive); once joined it says what this worker shows, asks the others what they show, and has
-its sockets shown their conversations again (events sent meanwhile may be lost). Liveness is
-not asked of the channel layer: each worker writes a heartbeat to the database, so a worker
-whose Redis is down keeps its calls.
+receive), and so it does when the layer says it reconnected (``workers_layer.reconnected``:
+its subscriptions made again after Redis restarted); once joined it says what this worker
+shows, asks the others what they show, and has its sockets shown their conversations again
+(events sent meanwhile may be lost). Liveness is not asked of the channel layer: each worker
+writes a heartbeat to the database, so a worker whose Redis is down keeps its calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import asdict
@@ -72,6 +74,7 @@ from chatbridge.cluster.messages import (
 )
 from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
 from chatbridge.cluster.routed_commands import routed_outcome
+from chatbridge.cluster.workers_layer import NotDelivered, reconnected
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,
@@ -87,6 +90,7 @@ logger = logging.getLogger("chatbridge.workers")
 
 REJOIN_SECONDS = 2.0  # how often the listener re-joins its groups
 BACKOFF_MAX = 2.0
+REPLY_PATIENCE = 15.0  # seconds an outcome is sent again while it reaches nobody
 
 ServeTask = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 Reply = Callable[[WorkerReply], Awaitable[None]]
@@ -190,8 +194,12 @@ class WorkerListener:
                 if events is not None and heard_on is not None:
                     group.create_task(self._receive(events, heard_on))
                 group.create_task(_failed_elsewhere(failed, failures))
+                group.create_task(_reconnected(layer))
         finally:
             viewers.listening(None, None)
+            with contextlib.suppress(Exception):  # the next channel joins them again
+                await layer.group_discard(WORKERS_GROUP, channel)
+                await layer.group_discard(worker_group(WORKER_ID), channel)
 
     async def _rejoin(self, layer: Any, channel: str, events: Any, heard_on: str | None) -> None:
         """Join the groups, and join them again every few seconds (idempotent). Once joined,
@@ -226,6 +234,8 @@ class WorkerListener:
                 continue  # logged: one bad message must not stop the listener
             try:
                 await self._handle(layer, message)
+            except NotDelivered as exc:  # its sender stopped waiting (or Redis restarted)
+                logger.info("worker message %r: not answered: %s", message.type, exc)
             except Exception:
                 logger.exception("worker message %r failed", message.type)
 
@@ -235,25 +245,28 @@ class WorkerListener:
         task.add_done_callback(self._deliveries.discard)
 
     async def _handle(self, layer: Any, message: WorkerRequest) -> None:
-        async def reply(answer: WorkerReply) -> None:
+        async def say(answer: WorkerReply) -> None:  # "received": its sender resends if lost
             await layer.send(message.reply_to, answer.model_dump(mode="json"))
+
+        async def reply(answer: WorkerReply) -> None:  # an outcome: sent until it arrives
+            await _patiently(lambda: say(answer))
 
         match message:
             case AbortCall():  # carried out beside the listener: one abort may take seconds
-                self._later(self._abort(message, reply))
+                self._later(self._abort(message, say, reply))
             case PageAnswer():
                 session = self.manager.get(message.call_id)
                 pending = session.pending if session is not None else None
                 if session is None or pending is None or str(pending.id) != message.elicit_id:
                     return  # not held here: another worker answers, or nobody (it is on record)
-                await reply(Delivered(worker=WORKER_ID))
+                await say(Delivered(worker=WORKER_ID))
                 result = result_from_dict(message.result)
                 await session.respond_to_elicit(pending.id, result, by_page=True)
             case Ping():
-                await reply(Pong(worker=WORKER_ID))
+                await say(Pong(worker=WORKER_ID))
             case RoutedAnswer():
                 # Acknowledge at once (the sender is waiting to know we are alive), then deliver.
-                await reply(Answered(worker=WORKER_ID))
+                await say(Answered(worker=WORKER_ID))
                 self._later(self._answer(message.conversation_id, message.command))
             case Show():
                 await self.hub.show(message.conversation_id)
@@ -271,13 +284,13 @@ class WorkerListener:
             case Hidden():
                 viewers.heard(message)
             case RoutedCommand():
-                await reply(Received(worker=WORKER_ID))  # it may take seconds: say it came
+                await say(Received(worker=WORKER_ID))  # it may take seconds: say it came
                 self._later(self._carry_out(message, reply))
             case TaskRequest():  # an MCP task held here (chatbridge.mcp.tasks)
-                await reply(Received(worker=WORKER_ID))
+                await say(Received(worker=WORKER_ID))
                 self._later(self._serve_task(message, reply))
             case RoundRequest():  # a 2026-07-28 retry of a call held here
-                await reply(Received(worker=WORKER_ID))
+                await say(Received(worker=WORKER_ID))
                 self._later(self._serve_round(message, reply))
             case ListSessions():
                 sessions = [
@@ -288,19 +301,19 @@ class WorkerListener:
                     }
                     for info in self.manager.list_active()
                 ]
-                await reply(Sessions(worker=WORKER_ID, sessions=sessions))
+                await say(Sessions(worker=WORKER_ID, sessions=sessions))
             case RelayRequest():  # a request for a legacy MCP session held here
                 if self.relay is not None:
                     self.relay(message)
             case _:
                 assert_never(message)
 
-    async def _abort(self, message: AbortCall, reply: Reply) -> None:
+    async def _abort(self, message: AbortCall, say: Reply, reply: Reply) -> None:
         session = self.manager.get(message.session_id)
         if session is None:
             return  # another worker holds it, or none
         try:
-            await reply(Held(worker=WORKER_ID))  # say so at once, then what the abort decided
+            await say(Held(worker=WORKER_ID))  # say so at once, then what the abort decided
             decision = await session.stop(message.reason, by=message.by)
             commitment = session.commitment
             said = (
@@ -361,6 +374,16 @@ async def _failed_elsewhere(failed: asyncio.Event, failures: list[BaseException]
     raise LayerFailedElsewhere(f"{type(exc).__name__}: {exc}")
 
 
+class LayerReconnected(Exception):
+    """The channel layer's subscriptions were made again on a new connection (Redis
+    restarted): messages published meanwhile were lost."""
+
+
+async def _reconnected(layer: Any) -> None:
+    await reconnected(layer)
+    raise LayerReconnected("the channel layer reconnected; messages sent meanwhile were lost")
+
+
 async def _show_again() -> None:
     """The sockets here are shown their conversations again (the state, and the open
     questions of whichever worker runs the turn)."""
@@ -370,6 +393,23 @@ async def _show_again() -> None:
                 await socket.rejoined()
             except Exception:  # the socket still gets every later event
                 logger.exception("showing conversation %s again failed", conversation_id)
+
+
+async def _patiently(send: Callable[[], Awaitable[None]]) -> None:
+    """``send`` again while the channel layer fails (Redis restarting, the waiting worker's
+    subscription not back yet: ``NotDelivered``), for ``REPLY_PATIENCE`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline, backoff = loop.time() + REPLY_PATIENCE, 0.1
+    while True:
+        try:
+            await send()
+            return
+        except Exception:
+            if loop.time() + backoff > deadline:
+                raise
+            note_trouble()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
 
 
 async def _heartbeat() -> None:

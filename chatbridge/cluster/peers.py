@@ -11,6 +11,7 @@ heartbeat to the database, so a worker whose Redis is down keeps its calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from chatbridge.cluster.messages import (
     WorkerRequest,
     parse_reply,
 )
+from chatbridge.cluster.workers_layer import forget, reply_channel
 from chatbridge.engine.protocol import Abort, Approve, Deny, ElicitResponseCommand, Stop
 from chatbridge.records.outage import DatabaseUnavailable, db_call
 from chatbridge.records.recorder import WORKER_ID
@@ -80,21 +82,21 @@ async def _gather(
 ) -> list[WorkerReply]:
     layer = get_channel_layer()
     assert layer is not None
-    reply_to = await layer.new_channel()
-    await layer.group_send(group, _sent(message, reply_to))
     replies: list[WorkerReply] = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while stop_after is None or len(replies) < stop_after:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        try:
-            reply = parse_reply(await asyncio.wait_for(layer.receive(reply_to), remaining))
-        except TimeoutError:
-            break
-        if reply is not None:
-            replies.append(reply)
+    async with reply_channel(layer) as reply_to:
+        await layer.group_send(group, _sent(message, reply_to))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while stop_after is None or len(replies) < stop_after:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                reply = parse_reply(await asyncio.wait_for(layer.receive(reply_to), remaining))
+            except TimeoutError:
+                break
+            if reply is not None:
+                replies.append(reply)
     return replies
 
 
@@ -123,19 +125,19 @@ async def broadcast_abort(
     nobody else may end its call on record meanwhile."""
     layer = get_channel_layer()
     assert layer is not None
-    reply_to = await layer.new_channel()
     abort = AbortCall(session_id=session_id, reason=reason, by=by)
-    await layer.group_send(WORKERS_GROUP, _sent(abort, reply_to))
-    try:
-        held = parse_reply(await asyncio.wait_for(layer.receive(reply_to), timeout))
-    except TimeoutError:
-        return None
-    if not isinstance(held, Held):
-        return None  # logged by parse_reply, or not the holder's first word
-    try:
-        decided = parse_reply(await asyncio.wait_for(layer.receive(reply_to), decided_within))
-    except TimeoutError:
-        decided = None
+    async with reply_channel(layer) as reply_to:
+        await layer.group_send(WORKERS_GROUP, _sent(abort, reply_to))
+        try:
+            held = parse_reply(await asyncio.wait_for(layer.receive(reply_to), timeout))
+        except TimeoutError:
+            return None
+        if not isinstance(held, Held):
+            return None  # logged by parse_reply, or not the holder's first word
+        try:
+            decided = parse_reply(await asyncio.wait_for(layer.receive(reply_to), decided_within))
+        except TimeoutError:
+            decided = None
     if isinstance(decided, Aborted):
         return decided
     return Aborted(worker=held.worker, decision="pending")
@@ -206,34 +208,51 @@ async def _until_outcome(
     deadline = loop.time() + timeout
     reply_to = ""
     received, first = False, True
-    while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return None
-        try:
-            if not reply_to:
-                reply_to = await layer.new_channel()
-            if not received and (resend or first):
-                first = False
-                await layer.group_send(worker_group(worker), _sent(message, reply_to))
-            wait = remaining if received or not resend else min(ACK_SECONDS, remaining)
-            reply = parse_reply(await asyncio.wait_for(layer.receive(reply_to), wait))
-        except TimeoutError:
-            if received:
+    # One read of the reply channel at a time, kept across waits: a read cut short would drop
+    # the channel's subscription on a pub/sub layer, and a reply arriving meanwhile with it.
+    reading: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 return None
-            continue  # not acknowledged: lost on the way, sent again
-        except Exception as exc:  # the layer failed: once it is back, the message goes again
-            note_trouble()
-            if not resend:
-                raise
-            logger.info("routing to %s: the channel layer failed (%r); trying again", worker, exc)
-            first, received = True, False  # its outcome may have been lost with Redis too
-            await asyncio.sleep(min(ACK_SECONDS, max(deadline - loop.time(), 0)))
-            continue
-        if isinstance(reply, Received):
-            received = True
-        elif reply is not None:
-            return reply
+            try:
+                if not reply_to:
+                    reply_to = await layer.new_channel()
+                if not received and (resend or first):
+                    first = False
+                    await layer.group_send(worker_group(worker), _sent(message, reply_to))
+                wait = remaining if received or not resend else min(ACK_SECONDS, remaining)
+                if reading is None:
+                    reading = asyncio.ensure_future(layer.receive(reply_to))
+                await asyncio.wait({reading}, timeout=wait)
+                if not reading.done():
+                    if received:
+                        return None
+                    continue  # not acknowledged: lost on the way, sent again
+                arrived, reading = reading, None
+                reply = parse_reply(arrived.result())
+            except Exception as exc:  # the layer failed: once it is back, the message goes again
+                note_trouble()
+                if not resend:
+                    raise
+                logger.info(
+                    "routing to %s: the channel layer failed (%r); trying again", worker, exc
+                )
+                first, received = True, False  # its outcome may have been lost with Redis too
+                await asyncio.sleep(min(ACK_SECONDS, max(deadline - loop.time(), 0)))
+                continue
+            if isinstance(reply, Received):
+                received = True
+            elif reply is not None:
+                return reply
+    finally:
+        if reading is not None:
+            reading.cancel()
+            await asyncio.wait({reading})
+        if reply_to:  # nothing more is read on it
+            with contextlib.suppress(Exception):
+                await forget(layer, reply_to)
 
 
 async def _until_gone(worker: str) -> None:

@@ -121,28 +121,42 @@ class MemoryEventLog:
         self._streams.clear()
 
 
-# RPUSH "<seq>\n<data>", trim to the caps (keeping the newest), refresh the TTL: one round trip.
+# One list per stream, each item "<seq> <bytes so far>\n<data>": the next number and the size
+# kept are read from the list's own ends, so an append is LINDEX, RPUSH, PEXPIRE in the common
+# case (the oldest are read and dropped only past a cap). One round trip.
 _APPEND = """
-local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
-local item = seq .. '\\n' .. ARGV[1]
-redis.call('RPUSH', KEYS[1], item)
-local size = redis.call('HINCRBY', KEYS[2], 'bytes', string.len(ARGV[1]))
-local n = redis.call('LLEN', KEYS[1])
+local function head(item)
+  local nl = string.find(item, '\\n', 1, true)
+  local sp = string.find(item, ' ', 1, true)
+  if sp == nil or sp > nl then  -- an item of the earlier "<seq>\\n<data>" form
+    return tonumber(string.sub(item, 1, nl - 1)), 0, nl
+  end
+  return tonumber(string.sub(item, 1, sp - 1)), tonumber(string.sub(item, sp + 1, nl - 1)), nl
+end
+local seq, total = 0, 0
+local last = redis.call('LINDEX', KEYS[1], -1)
+if last then seq, total = head(last) end
+seq = seq + 1
+total = total + string.len(ARGV[1])
+local n = redis.call('RPUSH', KEYS[1], seq .. ' ' .. total .. '\\n' .. ARGV[1])
 local max_events, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-while n > 1 and (n > max_events or size > max_bytes) do
-  local old = redis.call('LPOP', KEYS[1])
-  local cut = string.find(old, '\\n', 1, true)
-  size = redis.call('HINCRBY', KEYS[2], 'bytes', cut - string.len(old))
-  n = n - 1
+if n > max_events or total > max_bytes then
+  while n > 1 do
+    local first = redis.call('LINDEX', KEYS[1], 0)
+    local _, before, nl = head(first)
+    local kept = total - (before - (string.len(first) - nl))
+    if n <= max_events and kept <= max_bytes then break end
+    redis.call('LPOP', KEYS[1])
+    n = n - 1
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return seq
 """
 
 
 class RedisEventLog:
-    """Streams in Redis, shared by every worker: a list and a counter per stream, with a TTL."""
+    """Streams in Redis, shared by every worker: a list per stream, with a TTL."""
 
     def __init__(
         self,
@@ -161,8 +175,7 @@ class RedisEventLog:
         self._append = self.redis.register_script(_APPEND)
 
     def _keys(self, stream: str) -> list[str]:
-        base = f"{self.prefix}:{{{stream}}}"  # one hash slot per stream (Redis Cluster)
-        return [f"{base}:events", f"{base}:meta"]
+        return [f"{self.prefix}:{{{stream}}}:events"]  # braces: its own slot (Redis Cluster)
 
     async def append(self, stream: str, data: str) -> int:
         return int(await self._append(keys=self._keys(stream), args=[data, *self.limits]))
@@ -174,9 +187,10 @@ class RedisEventLog:
             return None
         events = []
         for item in items:
-            number, _, data = item.partition("\n")
-            if int(number) > seq:
-                events.append((int(number), data))
+            numbers, _, data = item.partition("\n")
+            number = int(numbers.partition(" ")[0])
+            if number > seq:
+                events.append((number, data))
         return events
 
     async def aclose(self) -> None:
@@ -206,7 +220,9 @@ class SessionEvents(EventStore):
         self.log, self.session = log, session
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
-        data = "" if message is None else message.model_dump_json(by_alias=True, exclude_unset=True)
+        if message is None:  # a priming event: nothing to keep, what follows it is the stream
+            return f"{self.session}:0:{stream_id}"
+        data = message.model_dump_json(by_alias=True, exclude_unset=True)
         try:
             seq = await self.log.append(f"{self.session}:{stream_id}", data)
         except Exception as exc:  # the SDK's message router dies on an error: never raise
@@ -226,7 +242,9 @@ class SessionEvents(EventStore):
             logger.warning("MCP events after %s could not be read: %r", last_event_id, exc)
             return None
         if events is None:
-            return None
+            if ref.seq:
+                return None  # an event of a stream not kept (expired, or never made)
+            events = []  # after a priming event: the stream has no message yet
         for seq, data in events:
             if data:  # priming events carry no message
                 message = jsonrpc_message_adapter.validate_json(data)

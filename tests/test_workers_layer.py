@@ -1,0 +1,93 @@
+"""The workers' channel layer (``chatbridge.cluster.workers_layer``) on a Redis of the test's
+own: one PUBLISH a message, a message that reaches nobody raised as ``NotDelivered``, a
+channel dropped once done, and subscriptions back after Redis restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+
+from chatbridge.cluster.workers_layer import NotDelivered, WorkersLayer, reply_channel
+from chatbridge.environment import redis_host
+from tests.test_worker_faults import OwnRedis
+
+pytestmark = [pytest.mark.services]
+
+
+@pytest.fixture
+async def layer() -> AsyncIterator[tuple[WorkersLayer, OwnRedis]]:
+    own = OwnRedis()
+    own.start()
+    made = WorkersLayer(hosts=[redis_host(own.url)], prefix="test")
+    try:
+        yield made, own
+    finally:
+        await made.flush()
+        own.kill()
+
+
+def commands(meter: redis.Redis) -> dict[str, int]:
+    """Redis's count of each command (this reading's own INFO left out)."""
+    stats = meter.info("commandstats")
+    return {k: int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"}
+
+
+async def test_a_message_costs_one_publish_and_a_group_reaches_its_channels(
+    layer: tuple[WorkersLayer, OwnRedis],
+) -> None:
+    workers, own = layer
+    channel = await workers.new_channel()
+    await workers.group_add("chatbridge.worker.a", channel)
+    await workers.send(channel, {"type": "warm", "n": 0})  # the connections made (HELLO)
+    assert (await asyncio.wait_for(workers.receive(channel), 5))["n"] == 0
+    meter = redis.Redis.from_url(own.url)  # one connection: its HELLO is counted before
+    before = commands(meter)
+    await workers.send(channel, {"type": "one", "n": 1})
+    await workers.group_send("chatbridge.worker.a", {"type": "two", "n": 2})
+    got = [await asyncio.wait_for(workers.receive(channel), 5) for _ in range(2)]
+    after = commands(meter)
+    assert [m["n"] for m in got] == [1, 2]  # in the order sent
+    spent = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert spent == {"cmdstat_publish": 2}, spent
+
+
+async def test_a_message_that_reaches_nobody_is_a_failure_not_silence(
+    layer: tuple[WorkersLayer, OwnRedis],
+) -> None:
+    workers, _ = layer
+    with pytest.raises(NotDelivered):
+        await workers.send("test.specific.nobody", {"type": "lost"})
+    with pytest.raises(NotDelivered):
+        await workers.group_send("chatbridge.worker.gone", {"type": "lost"})
+    async with reply_channel(workers) as channel:
+        await workers.send(channel, {"type": "kept"})
+        assert (await asyncio.wait_for(workers.receive(channel), 5))["type"] == "kept"
+    with pytest.raises(NotDelivered):  # dropped once done: nothing more arrives there
+        await workers.send(channel, {"type": "late"})
+
+
+async def test_subscriptions_come_back_after_redis_restarts(
+    layer: tuple[WorkersLayer, OwnRedis],
+) -> None:
+    """Redis restarted forgets every subscription; the layer's connection subscribes again
+    as it reconnects, and a sender that met ``NotDelivered`` meanwhile gets through."""
+    workers, own = layer
+    channel = await workers.new_channel()
+    await workers.send(channel, {"type": "before"})
+    assert (await asyncio.wait_for(workers.receive(channel), 5))["type"] == "before"
+    own.kill()
+    own.start()
+    failures: list[Any] = []
+    async with asyncio.timeout(20):
+        while True:
+            try:
+                await workers.send(channel, {"type": "after"})
+                break
+            except (NotDelivered, ConnectionError, OSError) as exc:
+                failures.append(exc)  # the receiver still reconnecting: sent again
+                await asyncio.sleep(0.1)  # the sender's backoff, as the workers' is
+        assert (await workers.receive(channel))["type"] == "after"
