@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from chatbridge.cluster.workers_layer import NotDelivered, WorkersLayer, reply_channel
+from chatbridge.cluster.reply_channels import NotDelivered, reply_channel
+from chatbridge.cluster.workers_layer import WorkersLayer
 from chatbridge.environment import redis_host
 from tests.test_worker_faults import OwnRedis
 

@@ -73,8 +73,8 @@ from chatbridge.cluster.messages import (
     parse_request,
 )
 from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
+from chatbridge.cluster.reply_channels import NotDelivered, reconnected
 from chatbridge.cluster.routed_commands import routed_outcome
-from chatbridge.cluster.workers_layer import NotDelivered, reconnected
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,

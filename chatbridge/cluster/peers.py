@@ -41,7 +41,7 @@ from chatbridge.cluster.messages import (
     WorkerRequest,
     parse_reply,
 )
-from chatbridge.cluster.workers_layer import forget, reply_channel
+from chatbridge.cluster.reply_channels import forget, reply_channel
 from chatbridge.engine.protocol import Abort, Approve, Deny, ElicitResponseCommand, Stop
 from chatbridge.records.outage import DatabaseUnavailable, db_call
 from chatbridge.records.recorder import WORKER_ID

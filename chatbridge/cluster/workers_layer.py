@@ -27,8 +27,6 @@ in requirements.txt; ``tests/test_workers_layer.py`` checks them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from channels_redis.pubsub import (
@@ -39,12 +37,9 @@ from channels_redis.pubsub import (
 from channels_redis.utils import _wrap_close, decode_hosts
 from redis.asyncio.client import PubSub
 
-__all__ = ["NotDelivered", "WorkersLayer", "forget", "reconnected", "reply_channel"]
+from chatbridge.cluster.reply_channels import NotDelivered
 
-
-class NotDelivered(ConnectionError):
-    """A message was published to a channel or group that nobody listens to (its receiver is
-    gone, or reconnecting after Redis restarted)."""
+__all__ = ["WorkersLayer"]
 
 
 class _NoticingPubSub(PubSub):
@@ -129,32 +124,3 @@ class WorkersLayer(RedisPubSubChannelLayer):  # type: ignore[misc]
         if name in ("forget", "reconnected"):
             return getattr(self._get_layer(), name)
         return super().__getattr__(name)
-
-
-async def forget(layer: Any, channel: str) -> None:
-    """Drop ``channel``, made by ``layer.new_channel()``, once nothing more is to arrive on it
-    (layers that keep nothing for a channel have nothing to drop)."""
-    drop = getattr(layer, "forget", None)
-    if drop is not None:
-        await drop(channel)
-
-
-@contextlib.asynccontextmanager
-async def reply_channel(layer: Any) -> AsyncIterator[str]:
-    """A channel of this process for the replies to one request, dropped after."""
-    channel = await layer.new_channel()
-    try:
-        yield channel
-    finally:
-        with contextlib.suppress(Exception):  # the layer failing: nothing is kept to drop
-            await forget(layer, channel)
-
-
-async def reconnected(layer: Any) -> None:
-    """Return once ``layer`` reconnected (see ``WorkersLayer``); never for a layer that does
-    not say (its receives fail instead)."""
-    wait = getattr(layer, "reconnected", None)
-    if wait is None:
-        await asyncio.Event().wait()
-    else:
-        await wait()

@@ -1,0 +1,47 @@
+"""What a worker does with the channel layer's channels, on any layer: a channel for one
+request's replies, dropped once done; waiting for the layer to say it reconnected; and the
+failure of a message that reached nobody (raised by ``chatbridge.cluster.workers_layer``,
+which needs channels_redis: this module does not)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+__all__ = ["NotDelivered", "forget", "reconnected", "reply_channel"]
+
+
+class NotDelivered(ConnectionError):
+    """A message was published to a channel or group that nobody listens to (its receiver is
+    gone, or reconnecting after Redis restarted)."""
+
+
+async def forget(layer: Any, channel: str) -> None:
+    """Drop ``channel``, made by ``layer.new_channel()``, once nothing more is to arrive on it
+    (layers that keep nothing for a channel have nothing to drop)."""
+    drop = getattr(layer, "forget", None)
+    if drop is not None:
+        await drop(channel)
+
+
+@contextlib.asynccontextmanager
+async def reply_channel(layer: Any) -> AsyncIterator[str]:
+    """A channel of this process for the replies to one request, dropped after."""
+    channel = await layer.new_channel()
+    try:
+        yield channel
+    finally:
+        with contextlib.suppress(Exception):  # the layer failing: nothing is kept to drop
+            await forget(layer, channel)
+
+
+async def reconnected(layer: Any) -> None:
+    """Return once ``layer`` reconnected (see ``WorkersLayer``); never for a layer that does
+    not say (its receives fail instead)."""
+    wait = getattr(layer, "reconnected", None)
+    if wait is None:
+        await asyncio.Event().wait()
+    else:
+        await wait()
