@@ -80,14 +80,7 @@ def site_env(
         DJANGO_STATIC_ROOT=str(ROOT / "staticfiles"),  # collected by the test run's start
     )
     env["OUTAGE_LOGS"] = str(tmp)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=180,
-        capture_output=True,
-    )
+    migrate(env)
     return env
 
 
@@ -102,6 +95,11 @@ def alone_env(pg: PrivatePostgres, site_env: dict[str, str]) -> dict[str, str]:
         db.execute("DROP DATABASE IF EXISTS alone")
         db.execute("CREATE DATABASE alone")
     env = {**site_env, "DATABASE_URL": pg.database_url("alone")}
+    migrate(env)
+    return env
+
+
+def migrate(env: dict[str, str]) -> None:
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=ROOT,
@@ -110,7 +108,6 @@ def alone_env(pg: PrivatePostgres, site_env: dict[str, str]) -> dict[str, str]:
         timeout=180,
         capture_output=True,
     )
-    return env
 
 
 def serve(env: dict[str, str]) -> Server:
