@@ -73,7 +73,7 @@ from chatbridge.cluster.messages import (
     parse_request,
 )
 from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
-from chatbridge.cluster.reply_channels import NotDelivered, reconnected
+from chatbridge.cluster.reply_channels import NotDelivered, patiently, reconnected
 from chatbridge.cluster.routed_commands import routed_outcome
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
@@ -249,7 +249,7 @@ class WorkerListener:
             await layer.send(message.reply_to, answer.model_dump(mode="json"))
 
         async def reply(answer: WorkerReply) -> None:  # an outcome: sent until it arrives
-            await _patiently(lambda: say(answer))
+            await patiently(lambda: say(answer), REPLY_PATIENCE)
 
         match message:
             case AbortCall():  # carried out beside the listener: one abort may take seconds
@@ -393,23 +393,6 @@ async def _show_again() -> None:
                 await socket.rejoined()
             except Exception:  # the socket still gets every later event
                 logger.exception("showing conversation %s again failed", conversation_id)
-
-
-async def _patiently(send: Callable[[], Awaitable[None]]) -> None:
-    """``send`` again while the channel layer fails (Redis restarting, the waiting worker's
-    subscription not back yet: ``NotDelivered``), for ``REPLY_PATIENCE`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline, backoff = loop.time() + REPLY_PATIENCE, 0.1
-    while True:
-        try:
-            await send()
-            return
-        except Exception:
-            if loop.time() + backoff > deadline:
-                raise
-            note_trouble()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
 
 
 async def _heartbeat() -> None:

@@ -1,16 +1,18 @@
 """What a worker does with the channel layer's channels, on any layer: a channel for one
-request's replies, dropped once done; waiting for the layer to say it reconnected; and the
-failure of a message that reached nobody (raised by ``chatbridge.cluster.workers_layer``,
-which needs channels_redis: this module does not)."""
+request's replies, dropped once done; a message sent again while the layer fails; waiting for
+the layer to say it reconnected; and the failure of a message that reached nobody (raised by
+``chatbridge.cluster.workers_layer``, which needs channels_redis: this module does not)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-__all__ = ["NotDelivered", "forget", "reconnected", "reply_channel"]
+from chatbridge.cluster.layer_health import note_trouble
+
+__all__ = ["NotDelivered", "forget", "patiently", "reconnected", "reply_channel"]
 
 
 class NotDelivered(ConnectionError):
@@ -35,6 +37,27 @@ async def reply_channel(layer: Any) -> AsyncIterator[str]:
     finally:
         with contextlib.suppress(Exception):  # the layer failing: nothing is kept to drop
             await forget(layer, channel)
+
+
+async def patiently(
+    send: Callable[[], Awaitable[None]], within: float, *, most: float = 1.0
+) -> None:
+    """``send`` again while the channel layer fails (Redis restarting, or the receiver's
+    subscription not back yet: ``NotDelivered``), backing off up to ``most`` seconds, for
+    ``within`` seconds; then its failure is raised. A receiver that cannot be reached for a
+    moment is not taken for one that is gone."""
+    loop = asyncio.get_running_loop()
+    deadline, backoff = loop.time() + within, 0.05
+    while True:
+        try:
+            await send()
+            return
+        except Exception:
+            if loop.time() + backoff > deadline:
+                raise
+            note_trouble()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, most)
 
 
 async def reconnected(layer: Any) -> None:

@@ -26,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import Any
 
 from channels.layers import get_channel_layer
 
 from chatbridge.asgi_types import ASGIApp, Message, Receive, Scope, Send
 from chatbridge.cluster.messages import RelayRequest
 from chatbridge.cluster.peers import worker_group
+from chatbridge.cluster.reply_channels import patiently
 from chatbridge.mcp.callers import SCOPE_KEY, Caller
 from chatbridge.mcp.events import ResumableSessions
 from chatbridge.mcp.peer_watch import Peers, PeerWatch
@@ -145,7 +145,10 @@ class SessionRelay:
         link = Link(layer)
         try:
             sent = request.model_copy(update={"reply_to": await link.open()})
-            await _send_within(layer, worker_group(tag), sent.model_dump(), self.accept_timeout)
+            # A holder that cannot be reached for a moment (Redis restarting) is not gone.
+            message = sent.model_dump()
+            group = worker_group(tag)
+            await patiently(lambda: layer.group_send(group, message), self.accept_timeout, most=0.5)
             accepted = await link.next(self.accept_timeout)
         except Exception as exc:  # the channel layer is down: the holder cannot be reached
             logger.warning("MCP session %s: relaying failed: %r", request.session_id, exc)
@@ -286,23 +289,6 @@ class SessionRelay:
             watching.cancel()
             await link.close()
             await outbox.close()  # its End is the holder's last word
-
-
-async def _send_within(layer: Any, group: str, message: dict[str, Any], within: float) -> None:
-    """Send ``message`` to ``group``, again while the layer fails (Redis restarting, or its
-    holder's subscription not back yet: ``NotDelivered``), for ``within`` seconds: a holder
-    that cannot be reached for a moment is not taken for one that is gone."""
-    loop = asyncio.get_running_loop()
-    deadline, backoff = loop.time() + within, 0.05
-    while True:
-        try:
-            await layer.group_send(group, message)
-            return
-        except Exception:
-            if loop.time() + backoff > deadline:
-                raise
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 0.5)
 
 
 async def _cancel(link: Link, channel: str) -> None:
