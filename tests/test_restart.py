@@ -16,6 +16,7 @@ from tests.servers import free_port, migrated_env, start_daphne, stop
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # two server starts: ~40 s with both cores busy, 60+ in the suite
 async def test_a_booking_survives_sigkill_and_finishes_on_a_new_process(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite3"
     env = migrated_env(database)

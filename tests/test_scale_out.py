@@ -94,6 +94,7 @@ async def staff_page(http: aiohttp.ClientSession, base: str, path: str) -> str:
             return await response.text()
 
 
+@pytest.mark.timeout(180)  # two server starts: ~40 s with both cores busy, 60+ in the suite
 async def test_two_workers_route_answers_take_over_and_show_each_others_sessions(
     cluster_env: dict[str, str],
 ) -> None:
