@@ -38,6 +38,7 @@ from chatbridge.environment import (
     proxy_ssl_header,
 )
 from chatbridge.mcp.asgi import McpEndpoint
+from chatbridge.mcp.callers import Caller, Refusal
 from chatbridge.mcp.server import McpBridge, McpSettings
 from tests.production import Production, production_env
 from tests.servers import ROOT, free_port, start_daphne, stop
@@ -285,6 +286,32 @@ async def test_the_mcp_policy_is_enforced_before_the_sdk(
 
     await endpoint({"type": "http", "method": "POST", "path": "/mcp", "headers": []}, receive, send)
     assert sent[0]["status"] == status
+
+
+async def test_only_a_token_shaped_as_a_users_is_looked_up() -> None:
+    """A user's MCP token always starts with its prefix: any other bearer token is never looked
+    up (no database read a request), and binds an anonymous caller on an open endpoint."""
+    manager = SessionManager(sampler=LiteLLMSampler())
+    bridge = McpBridge(PluginRegistry(), manager, McpSettings(state_keys=[b"k" * 32]))
+    asked: list[str] = []
+
+    async def check_token(secret: str) -> Caller | None:
+        asked.append(secret)
+        return None
+
+    endpoint = McpEndpoint(
+        bridge,
+        allowed_hosts=["127.0.0.1"],
+        public=True,
+        check_token=check_token,
+        user_token_prefix="cbmcp_",
+    )
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "client": ("127.0.0.1", 5)}
+    own = await endpoint.identify({**scope, "headers": [(b"authorization", b"Bearer my-own")]})
+    assert own.identity.startswith("bearer:") and asked == []
+    with pytest.raises(Refusal) as refused:
+        await endpoint.identify({**scope, "headers": [(b"authorization", b"Bearer cbmcp_gone")]})
+    assert refused.value.status == 401 and asked == ["cbmcp_gone"]
 
 
 @pytest.mark.parametrize("size", [64 * 1024 + 1, 16 * 1024 * 1024])

@@ -197,9 +197,8 @@ async def test_a_retry_after_a_restart_resumes_the_call_from_its_journal(
         async def load(self, call_id: str) -> StoredCall | None:
             return rows.get(call_id)
 
-        async def live_holder(self, call_id: str) -> str | None:
-            row = rows.get(call_id)
-            return row.worker if row is not None else None
+        async def holder_elsewhere(self, call_id: str) -> str | None:
+            return None  # its predecessor is gone
 
         async def alive(self, worker: str) -> bool:
             return False

@@ -36,3 +36,37 @@ def test_a_worker_is_alive_while_it_beats_and_its_process_exists() -> None:
     WorkerHeartbeat.objects.create(worker=dead, beat_at=timezone.now())
     assert not worker_alive(dead)
     assert not worker_alive("")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_routes_to_a_live_holder_elsewhere_found_in_one_statement() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from chatbridge.chat.models import ToolSession
+    from chatbridge.cluster.liveness import holder_alive_elsewhere
+
+    def held_by(call_id: str, worker: str, status: str = "awaiting_elicit") -> None:
+        ToolSession.objects.create(id=call_id, tool_name="t", status=status, worker=worker)
+
+    WorkerHeartbeat.objects.create(worker=OTHER, beat_at=timezone.now())
+    held_by("there", OTHER)
+    with CaptureQueriesContext(connection) as read:
+        assert holder_alive_elsewhere("there") == OTHER
+    assert len(read.captured_queries) == 1  # the lease and the heartbeat together
+    held_by("ended", OTHER, status="completed")
+    assert holder_alive_elsewhere("ended") is None  # nobody holds an ended call
+    assert holder_alive_elsewhere("unknown") is None
+    beat()
+    held_by("here", WORKER_ID)
+    assert holder_alive_elsewhere("here") is None  # served here, not routed
+    held_by("silent", "quiet:7")
+    WorkerHeartbeat.objects.create(worker="quiet:7", beat_at=timezone.now() - timedelta(minutes=1))
+    assert holder_alive_elsewhere("silent") is None  # its holder is gone: taken over here
+    held_by("never", "never:8")
+    assert holder_alive_elsewhere("never") is None  # no heartbeat at all
+    WorkerHeartbeat.objects.filter(worker=OTHER).update(
+        beat_at=timezone.now() - timedelta(seconds=60)
+    )
+    assert holder_alive_elsewhere("there") is None
+    forget_worker()

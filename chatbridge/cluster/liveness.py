@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db import DatabaseError
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from chatbridge.chat.models import WorkerHeartbeat
+from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession, WorkerHeartbeat
 from chatbridge.records.outage import away_within, note_away
 from chatbridge.records.recorder import WORKER_ID
 
@@ -20,6 +21,7 @@ __all__ = [
     "HEARTBEAT_TTL",
     "beat",
     "forget_worker",
+    "holder_alive_elsewhere",
     "live_workers",
     "worker_alive",
 ]
@@ -81,10 +83,34 @@ def worker_alive(worker: str) -> bool:
     if not worker or _process_gone(worker):
         return False
     beat_at = WorkerHeartbeat.objects.filter(worker=worker).values_list("beat_at", flat=True)
-    last = beat_at.first()
+    return _beating(beat_at.first())
+
+
+def _beating(last: datetime | None) -> bool:
+    """Does a worker whose last heartbeat was at ``last`` count as alive (see ``worker_alive``)?"""
     if last is None:
         return False
     return last >= timezone.now() - timedelta(seconds=HEARTBEAT_TTL) or away_within(HEARTBEAT_TTL)
+
+
+def holder_alive_elsewhere(call_id: str) -> str | None:
+    """The other worker, alive by ``worker_alive``'s rules, that holds the live call; None if
+    the call has ended (or is unknown), is held here, or its holder is gone. One statement:
+    the call's lease and its holder's heartbeat, read together (what a request for a call held
+    elsewhere routes by)."""
+    beat_at = WorkerHeartbeat.objects.filter(worker=OuterRef("worker")).values("beat_at")[:1]
+    found = (
+        ToolSession.objects.filter(pk=call_id, status__in=ACTIVE_STATUSES)
+        .annotate(beat=Subquery(beat_at))
+        .values_list("worker", "beat")
+        .first()
+    )
+    if found is None:
+        return None
+    holder, last = found
+    if not holder or holder == WORKER_ID or _process_gone(holder) or not _beating(last):
+        return None
+    return str(holder)
 
 
 def live_workers() -> list[str]:

@@ -256,7 +256,9 @@ class McpEndpoint:
             hashlib.sha256(token.encode()).digest(), self._token_digest
         ):
             return Caller(OPERATOR, f"address:{address}", {"address": address})
-        found = await self.check_token(token) if self.check_token is not None else None
+        found = None
+        if self.check_token is not None and self._user_token_shaped(token):
+            found = await self.check_token(token)
         if found is None and oauth is not None:
             found = await oauth.caller(token, scope)
         if found is None and open_to_all and oauth is None and not self._issued_here(token):
@@ -268,6 +270,11 @@ class McpEndpoint:
         if found is None:
             raise _unauthorized(_INVALID, invalid=True, metadata=metadata)
         return dataclasses.replace(found, meta={**found.meta, "address": address})
+
+    def _user_token_shaped(self, token: str) -> bool:
+        """Could the token be a user's MCP token? Only such a token is looked up (one read of
+        the database): every token issued here starts with ``user_token_prefix``."""
+        return not self.user_token_prefix or token.startswith(self.user_token_prefix)
 
     def _issued_here(self, token: str) -> bool:
         """Does the token look like one of this server's (a user's MCP token)? Such a token,

@@ -19,6 +19,7 @@ from chatbridge.calls.outcome import BY_SERVER, aborted, describe
 from chatbridge.calls.transports import HELD_BY_REQUEST, HOLDER_GONE
 from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.chat.registry import get_registry, get_ui_resources
+from chatbridge.cluster.liveness import holder_alive_elsewhere
 from chatbridge.cluster.peers import route_round, route_task
 from chatbridge.conf import setting
 from chatbridge.mcp.asgi import McpEndpoint
@@ -109,8 +110,8 @@ class DjangoCallStore:
     async def load(self, call_id: str) -> StoredCall | None:
         return await sync_to_async(_load)(call_id)
 
-    async def live_holder(self, call_id: str) -> str | None:
-        return await CallLease().live_holder(call_id)
+    async def holder_elsewhere(self, call_id: str) -> str | None:
+        return await db_call(holder_alive_elsewhere, call_id)
 
     async def alive(self, worker: str) -> bool:
         return await sync_to_async(worker_alive)(worker)
@@ -151,8 +152,8 @@ class DjangoTaskCluster:
     async def find(self, call_id: str) -> TaskRecord | None:
         return await sync_to_async(_find_task)(call_id)
 
-    async def live_holder(self, call_id: str) -> str | None:
-        return await CallLease().live_holder(call_id)
+    async def holder_elsewhere(self, call_id: str) -> str | None:
+        return await db_call(holder_alive_elsewhere, call_id)
 
     async def alive(self, worker: str) -> bool:
         return await sync_to_async(worker_alive)(worker)

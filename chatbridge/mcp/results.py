@@ -67,8 +67,9 @@ class CallStore(Protocol):
 
     async def load(self, call_id: str) -> StoredCall | None: ...
 
-    async def live_holder(self, call_id: str) -> str | None:
-        """Who holds the live call (a read of its lease alone), or None if it has ended."""
+    async def holder_elsewhere(self, call_id: str) -> str | None:
+        """The other live worker holding the live call (its lease and that worker's heartbeat,
+        read together); None if it has ended, is held here, or its holder is gone."""
         ...
 
     async def alive(self, worker: str) -> bool: ...

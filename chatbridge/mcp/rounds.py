@@ -177,9 +177,11 @@ class Rounds:
         session = self.manager.get(call_id) or self._live.get(call_id)
         ended = self._ended.get(call_id)
         if session is None and ended is None:
-            # Held by another live worker (its lease read alone): that one serves it.
-            holder = await self.store.live_holder(call_id) if self.store is not None else None
-            if not routed and holder is not None and await self._elsewhere(holder):
+            # Held by another live worker (one read): that one serves it.
+            holder = None
+            if self.store is not None and not routed:
+                holder = await self.store.holder_elsewhere(call_id)
+            if holder is not None:
                 message = request_of(tool.name, arguments, state, responses, channel.modes, meta)
                 served = await self._route(holder, message)
                 if served is not None:

@@ -36,8 +36,9 @@ class TaskCluster(Protocol):
 
     async def find(self, call_id: str) -> TaskRecord | None: ...
 
-    async def live_holder(self, call_id: str) -> str | None:
-        """Who holds the live task (a read of its lease alone), or None if it has ended."""
+    async def holder_elsewhere(self, call_id: str) -> str | None:
+        """The other live worker holding the live task (its lease and that worker's heartbeat,
+        read together); None if it has ended, is held here, or its holder is gone."""
         ...
 
     async def alive(self, worker: str) -> bool: ...

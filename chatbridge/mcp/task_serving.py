@@ -187,9 +187,9 @@ class TaskServing:
         cluster = self.cluster
         if cluster is None:
             raise not_found()
-        # Held by another live worker (its lease read alone): that one serves it.
-        holder = await cluster.live_holder(task_id)
-        if holder is not None and holder != cluster.worker and await cluster.alive(holder):
+        # Held by another live worker (one read): that one serves it.
+        holder = await cluster.holder_elsewhere(task_id)
+        if holder is not None:
             if routed:  # the holder sent it here: it does not hold it any more; ask again
                 raise MCPError(INTERNAL_ERROR, UNREACHABLE)
             message = {"op": op, "task_id": task_id, "responses": dict(responses), "origin": origin}

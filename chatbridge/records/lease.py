@@ -39,7 +39,6 @@ __all__ = [
     "held",
     "held_rows",
     "holder",
-    "live_holder",
     "release",
 ]
 
@@ -63,15 +62,6 @@ def holder(call_id: str) -> str | None:
     """The worker holding the call ("" for none yet); None if there is no such call."""
     found = lean_sql.select(ToolSession, (_OWNER,), id=call_id)
     return str(found[0]) if found is not None else None
-
-
-def live_holder(call_id: str) -> str | None:
-    """The worker holding the live call (one statement: what a request for it routes by),
-    or None if it has ended or there is no such call."""
-    found = lean_sql.select(ToolSession, ("status", _OWNER), id=call_id)
-    if found is None or found[0] not in ACTIVE_STATUSES:
-        return None
-    return str(found[1])
 
 
 def check(call_id: str) -> None:
@@ -142,9 +132,6 @@ class CallLease:
 
     async def holder(self, call_id: str) -> str | None:
         return await db_call(holder, call_id)
-
-    async def live_holder(self, call_id: str) -> str | None:
-        return await db_call(live_holder, call_id)
 
     async def claim(self, call_id: str, seen_holder: str) -> bool:
         return await db_call(claim, call_id, seen_holder)
