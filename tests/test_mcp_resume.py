@@ -71,6 +71,12 @@ async def test_the_memory_log_keeps_the_newest_events_within_its_caps() -> None:
     assert (await log.after("s", 0), log.streams) == (None, 2)
 
 
+async def commands(log: RedisEventLog) -> int:
+    """The commands Redis has run (its INFO calls left out)."""
+    stats = await log.redis.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
 @pytest.mark.services
 async def test_the_redis_log_is_shared_bounded_and_expires() -> None:
     from tests.test_worker_faults import OwnRedis
@@ -95,6 +101,18 @@ async def test_the_redis_log_is_shared_bounded_and_expires() -> None:
         assert await worker_b.after("s", 0) == [(4, "d" * 7)]  # "cccc" + 7 bytes is over 10
         assert await worker_a.append("s", "x" * 50) == 5  # alone over the cap: kept, alone
         assert await worker_b.after("s", 3) == [(5, "x" * 50)]
+        # The writer numbers its stream's events: an append is one command (after the first,
+        # which sets the stream's TTL too).
+        await worker_a.append("t", "one")
+        before = await commands(worker_a)
+        assert await worker_a.append("t", "two") == 2
+        assert await commands(worker_a) - before == 1
+        assert await worker_b.after("t", 1) == [(2, "two")]
+        few = RedisEventLog(redis.url, "test", ttl=60, max_streams=1)
+        await few.append("p", "one")
+        await few.append("q", "one")  # past its streams cap the oldest goes, from Redis too
+        assert (await worker_b.after("p", 0), await worker_b.after("q", 0)) == (None, [(1, "one")])
+        await few.aclose()
         await worker_a.aclose()
         await worker_b.aclose()
     finally:

@@ -121,42 +121,25 @@ class MemoryEventLog:
         self._streams.clear()
 
 
-# One list per stream, each item "<seq> <bytes so far>\n<data>": the next number and the size
-# kept are read from the list's own ends, so an append is LINDEX, RPUSH, PEXPIRE in the common
-# case (the oldest are read and dropped only past a cap). One round trip.
-_APPEND = """
-local function head(item)
-  local nl = string.find(item, '\\n', 1, true)
-  local sp = string.find(item, ' ', 1, true)
-  if sp == nil or sp > nl then  -- an item of the earlier "<seq>\\n<data>" form
-    return tonumber(string.sub(item, 1, nl - 1)), 0, nl
-  end
-  return tonumber(string.sub(item, 1, sp - 1)), tonumber(string.sub(item, sp + 1, nl - 1)), nl
-end
-local seq, total = 0, 0
-local last = redis.call('LINDEX', KEYS[1], -1)
-if last then seq, total = head(last) end
-seq = seq + 1
-total = total + string.len(ARGV[1])
-local n = redis.call('RPUSH', KEYS[1], seq .. ' ' .. total .. '\\n' .. ARGV[1])
-local max_events, max_bytes = tonumber(ARGV[2]), tonumber(ARGV[3])
-if n > max_events or total > max_bytes then
-  while n > 1 do
-    local first = redis.call('LINDEX', KEYS[1], 0)
-    local _, before, nl = head(first)
-    local kept = total - (before - (string.len(first) - nl))
-    if n <= max_events and kept <= max_bytes then break end
-    redis.call('LPOP', KEYS[1])
-    n = n - 1
-  end
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return seq
-"""
+@dataclass
+class _Written:
+    """What the worker writing a stream knows of it: the next number, the sizes kept, and when
+    its TTL was last pushed on (monotonic)."""
+
+    seq: int = 0
+    size: int = 0
+    sizes: deque[int] = field(default_factory=deque)
+    refreshed: float = float("-inf")
 
 
 class RedisEventLog:
-    """Streams in Redis, shared by every worker: a list per stream, with a TTL."""
+    """Streams in Redis, shared by every worker: a list per stream (each item ``<seq>\n<data>``),
+    with a TTL.
+
+    A stream has one writer, the worker holding its session: that worker numbers its events
+    and keeps their sizes, so an append is one RPUSH in the common case (an LTRIM past a cap, a
+    PEXPIRE when the stream starts and every quarter of the TTL after: one round trip). A
+    stream the writer has not pushed on for a TTL is gone from Redis too: it starts again."""
 
     def __init__(
         self,
@@ -166,29 +149,63 @@ class RedisEventLog:
         max_events: int = MAX_EVENTS,
         max_bytes: int = MAX_BYTES,
         ttl: float = TTL,
+        max_streams: int = MAX_STREAMS,
     ) -> None:
         from redis.asyncio import Redis
 
         self.redis: Redis = Redis.from_url(url, decode_responses=True)
         self.prefix = prefix
-        self.limits = (max_events, max_bytes, int(ttl * 1000))
-        self._append = self.redis.register_script(_APPEND)
+        self.max_events, self.max_bytes, self.ttl = max_events, max_bytes, ttl
+        self.max_streams = max_streams
+        self._written: OrderedDict[str, _Written] = OrderedDict()  # by last write
 
-    def _keys(self, stream: str) -> list[str]:
-        return [f"{self.prefix}:{{{stream}}}:events"]  # braces: its own slot (Redis Cluster)
+    def _key(self, stream: str) -> str:
+        return f"{self.prefix}:{{{stream}}}:events"  # braces: its own slot (Redis Cluster)
 
     async def append(self, stream: str, data: str) -> int:
-        return int(await self._append(keys=self._keys(stream), args=[data, *self.limits]))
+        now = time.monotonic()
+        key, pipe = self._key(stream), self.redis.pipeline(transaction=False)
+        kept = self._written.pop(stream, None)
+        if kept is not None and now - kept.refreshed >= self.ttl:
+            pipe.unlink(key)  # expired (or about to): what this worker knew of it is stale
+            kept = None
+        kept = kept or _Written()
+        self._written[stream] = kept
+        while len(self._written) > self.max_streams:  # the oldest streams go first
+            pipe.unlink(self._key(self._written.popitem(last=False)[0]))
+        kept.seq += 1
+        kept.sizes.append(len(data))
+        kept.size += len(data)
+        trimmed = False
+        while len(kept.sizes) > 1 and (
+            len(kept.sizes) > self.max_events or kept.size > self.max_bytes
+        ):
+            kept.size -= kept.sizes.popleft()
+            trimmed = True
+        pipe.rpush(key, f"{kept.seq}\n{data}")
+        if trimmed:
+            pipe.ltrim(key, -len(kept.sizes), -1)
+        refresh = now - kept.refreshed >= self.ttl / 4
+        if refresh:
+            pipe.pexpire(key, int(self.ttl * 1000))
+        try:
+            await pipe.execute()
+        except Exception:
+            kept.refreshed = float("-inf")  # its TTL is pushed on with the next event
+            raise
+        if refresh:
+            kept.refreshed = now
+        return kept.seq
 
     async def after(self, stream: str, seq: int) -> list[tuple[int, str]] | None:
-        found = await self.redis.lrange(self._keys(stream)[0], 0, -1)
+        found = await self.redis.lrange(self._key(stream), 0, -1)
         items = [i.decode() if isinstance(i, bytes) else i for i in found]
         if not items:
             return None
         events = []
         for item in items:
             numbers, _, data = item.partition("\n")
-            number = int(numbers.partition(" ")[0])
+            number = int(numbers.partition(" ")[0])  # "<seq> <size>" in lists of before
             if number > seq:
                 events.append((number, data))
         return events
