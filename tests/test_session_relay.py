@@ -5,6 +5,7 @@ listener taking what is relayed to it as the worker listener does. The real SDK 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -79,6 +80,13 @@ async def listen(endpoint: McpEndpoint, worker: str) -> None:
 @pytest.fixture
 async def workers() -> AsyncIterator[list[McpEndpoint]]:
     """Two workers' endpoints, public, on one channel layer."""
+    async with relay_workers() as endpoints:
+        yield endpoints
+
+
+@contextlib.asynccontextmanager
+async def relay_workers() -> AsyncIterator[list[McpEndpoint]]:
+    """Two workers' endpoints, public, on the default channel layer, each listening."""
     endpoints, tasks = [], []
     for worker in ("host:1", "host:2"):
         bridge = McpBridge(PluginRegistry(), SessionManager(), McpSettings(state_keys=[b"k" * 32]))
@@ -86,11 +94,13 @@ async def workers() -> AsyncIterator[list[McpEndpoint]]:
         await endpoint.start()
         endpoints.append(endpoint)
         tasks.append(asyncio.create_task(listen(endpoint, worker)))
-    yield endpoints
-    for task in tasks:
-        task.cancel()
-    for endpoint in endpoints:
-        await endpoint.aclose()
+    try:
+        yield endpoints
+    finally:
+        for task in tasks:
+            task.cancel()
+        for endpoint in endpoints:
+            await endpoint.aclose()
 
 
 def scope(method: str, session: str = "", token: str = "a") -> dict[str, Any]:
@@ -122,8 +132,10 @@ async def request(
     session: str = "",
     token: str = "a",
     gone: asyncio.Event | None = None,
+    started: asyncio.Event | None = None,
 ) -> Answer:
-    """One HTTP request to ``endpoint``; ``gone`` set: its client goes away."""
+    """One HTTP request to ``endpoint``; ``gone`` set: its client goes away; ``started`` is
+    set once the response has started."""
     body = json.dumps(message).encode() if message is not None else b""
     sent: list[dict[str, Any]] = []
     given = False
@@ -139,6 +151,8 @@ async def request(
 
     async def send(message: Any) -> None:
         sent.append(dict(message))
+        if started is not None:
+            started.set()
 
     await endpoint(scope(method, session, token), receive, send)
     start = sent[0]
@@ -225,15 +239,19 @@ async def test_a_relayed_event_stream_ends_on_the_holder_when_its_client_leaves(
     one, two = workers
     session = await opened(one)
     await request(two, "POST", INITIALIZED, session=session)
-    gone = asyncio.Event()
-    first = asyncio.create_task(request(two, "GET", session=session, gone=gone))
+    gone, opened_here = asyncio.Event(), asyncio.Event()
+    first = asyncio.create_task(
+        request(two, "GET", session=session, gone=gone, started=opened_here)
+    )
     transport = one.manager._server_instances[session]
     transport._request_streams = streams = Opened(transport._request_streams)
     await streams.next_get_stream()  # the holder opened it
+    await asyncio.wait_for(opened_here.wait(), 5)  # and its client sees it open
     gone.set()
     assert (await first).status == 200
-    again = asyncio.Event()
-    second = asyncio.create_task(request(two, "GET", session=session, gone=again))
+    again, reopened = asyncio.Event(), asyncio.Event()
+    second = asyncio.create_task(request(two, "GET", session=session, gone=again, started=reopened))
     await streams.next_get_stream()
+    await asyncio.wait_for(reopened.wait(), 5)
     again.set()
     assert (await second).status == 200  # not 409: the first was over

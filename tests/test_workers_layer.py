@@ -86,3 +86,34 @@ async def test_subscriptions_come_back_after_redis_restarts(
         await back  # subscribed again on the new connection: a message now arrives
         await workers.send(channel, {"type": "after"})
         assert (await workers.receive(channel))["type"] == "after"
+
+
+async def test_a_relayed_request_costs_three_publishes_and_no_subscription(
+    layer: tuple[WorkersLayer, OwnRedis],
+) -> None:
+    """A legacy MCP request for a session another worker holds, over Redis: the request, the
+    holder's "accepted" and its answer; each worker's relay inbox is subscribed once, not a
+    channel a request (session_relay)."""
+    from channels.layers import channel_layers
+
+    from tests.test_session_relay import INITIALIZED, TOOLS, opened, relay_workers, request
+
+    made, own = layer
+    before_layer = channel_layers.set("default", made)
+    meter = redis.Redis.from_url(own.url)
+    try:
+        async with relay_workers() as (holder, other):
+            session = await opened(holder)
+            assert (await request(other, "POST", INITIALIZED, session=session)).status == 202
+            before = commands(meter)
+            listed = await request(other, "POST", TOOLS, session=session)
+            assert listed.status == 200 and [m["id"] for m in listed.json()] == [2]
+            spent = commands(meter)
+            used = {k: n - before.get(k, 0) for k, n in spent.items() if n != before.get(k, 0)}
+            assert used == {"cmdstat_publish": 3}
+    finally:
+        if before_layer is None:
+            channel_layers.backends.pop("default", None)
+        else:
+            channel_layers.set("default", before_layer)
+        meter.close()

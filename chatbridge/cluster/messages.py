@@ -167,9 +167,11 @@ class Hidden(_Request):
 class RelayRequest(_Request):
     """An HTTP request for a legacy MCP session held there (``chatbridge.mcp.session_relay``):
     its caller identified, its body read (within the SDK's cap) by the worker that received
-    it. What the holder answers streams back to ``reply_to``."""
+    it. What the holder answers streams back to ``link`` on ``reply_to``, the sender's relay
+    inbox (``chatbridge.mcp.relay_wire.Inbox``)."""
 
     type: Literal["workers.relay"] = "workers.relay"
+    link: str = ""  # set as it is sent, with ``reply_to``
     origin: str  # the worker that received it
     session_id: str
     method: str

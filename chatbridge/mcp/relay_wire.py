@@ -9,8 +9,10 @@ and parsed once where they arrive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from chatbridge.asgi_types import Message, Receive, Scope, Send
 from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import RelayRequest
+from chatbridge.cluster.reply_channels import forget
 from chatbridge.mcp.callers import Caller, enter
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "Cancel",
     "End",
     "Gone",
+    "Inbox",
     "Link",
     "NotHeld",
     "Outbox",
@@ -41,6 +45,7 @@ __all__ = [
     "read_body",
     "replaying",
     "scope_of",
+    "send_to",
     "worker_tag",
 ]
 
@@ -48,6 +53,9 @@ logger = logging.getLogger("chatbridge.mcp")
 
 CHUNK = 256 * 1024  # a response body travels in pieces of at most this many bytes
 BACKLOG = 4 * CHUNK  # the holder's app waits while this much of its answer waits to travel
+# Seconds a piece of the answer waits for the next before it travels (unless it is the last):
+# a response's start and its body, an event and the end of its stream, go in one message.
+LINGER = 0.005
 # Seconds a relayed request rides out its channel layer failing (Redis restarting): what is to
 # travel waits and is sent when it is back; a layer away longer ends the request.
 PATIENCE = 30.0
@@ -76,11 +84,13 @@ class _Relayed(BaseModel):
 
 
 class Accepted(_Relayed):
-    """The holder serves the request; ``channel`` reaches it there (to cancel it)."""
+    """The holder serves the request; ``holder_link`` on its inbox ``channel`` reaches it
+    there (to cancel it)."""
 
     type: Literal["relay.accepted"] = "relay.accepted"
     worker: str
     channel: str
+    holder_link: str
 
 
 class NotHeld(_Relayed):
@@ -130,23 +140,46 @@ _RELAYED: TypeAdapter[Relayed] = TypeAdapter(Relayed)
 Gone = Literal["client", "peer", "closing"]  # the other events a relayed request waits on
 
 
-class Link:
-    """A channel of this process and what arrives on it, in order, in one queue with the
-    other events a relayed request waits on (its client leaving, its peer dying)."""
+class Inbox:
+    """This process's one channel for relayed requests (both sides: the answers to requests
+    it relayed, the cancels of requests it serves), subscribed once: each request has a link
+    on it, named in what is sent to it (``link``), rather than a channel of its own (two
+    commands a request saved, on each side). The layer failing (Redis restarting) is waited
+    out, and its subscription is back when the layer is; past ``PATIENCE`` the requests
+    waiting on it end."""
 
     def __init__(self, layer: Any) -> None:
         self.layer, self.channel = layer, ""
-        self.queue: asyncio.Queue[Relayed | Gone] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._links: dict[str, asyncio.Queue[Relayed | Gone]] = {}
+        self._task: asyncio.Task[None] | None = None
 
-    async def open(self) -> str:
-        self.channel = await self.layer.new_channel()
-        self._tasks.append(asyncio.create_task(self._receive()))
-        return self.channel
+    async def link(self) -> Link:
+        """A new link on this inbox (its channel made on the first)."""
+        if not self.channel:
+            self.channel = await self.layer.new_channel()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._receive(), name="chatbridge-relay-inbox")
+        link = Link(self, uuid.uuid4().hex)
+        self._links[link.id] = link.queue
+        return link
+
+    def drop(self, link: Link) -> None:
+        self._links.pop(link.id, None)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+        for queue in self._links.values():
+            queue.put_nowait("closing")
+        self._links.clear()
+        if self.channel:
+            with contextlib.suppress(Exception):
+                await forget(self.layer, self.channel)
 
     async def _receive(self) -> None:
-        """Take what arrives on the channel, in order. The layer failing (Redis restarting)
-        is waited out: the channel is read again once it is back (``PATIENCE``)."""
+        """Take what arrives, in order, to the link it names."""
         failing: _Failing | None = None
         while True:
             try:
@@ -154,26 +187,50 @@ class Link:
             except Exception as exc:
                 failing = failing or _Failing(f"reading relay channel {self.channel}", exc)
                 if not await failing.wait():
-                    self.queue.put_nowait("closing")  # gone too long: the request ends
-                    return
+                    for waiting in self._links.values():
+                        waiting.put_nowait("closing")  # gone too long: those requests end
+                    failing = None
                 continue
             failing = None
+            queue = self._links.get(str(raw.get("link") or "")) if isinstance(raw, dict) else None
+            if queue is None:
+                continue  # its request ended here meanwhile: nobody waits for it
             try:
                 message = _RELAYED.validate_python(raw)
             except ValidationError as exc:
                 logger.error("malformed relayed MCP message dropped: %s", exc)
                 continue
             for item in message.parts if isinstance(message, Parts) else [message]:
-                self.queue.put_nowait(item)
+                queue.put_nowait(item)
+
+
+class Link:
+    """One relayed request's place on this process's ``Inbox``: what arrives for it, in order,
+    in one queue with the other events it waits on (its client leaving, its peer dying)."""
+
+    def __init__(self, inbox: Inbox, link_id: str) -> None:
+        self.inbox, self.id = inbox, link_id
+        self.queue: asyncio.Queue[Relayed | Gone] = asyncio.Queue()
+        self._tasks: list[asyncio.Future[Any]] = []
+
+    @property
+    def layer(self) -> Any:
+        return self.inbox.layer
+
+    @property
+    def channel(self) -> str:
+        return self.inbox.channel
 
     def on(self, event: Awaitable[Any], what: Gone) -> None:
-        """Queue ``what`` once ``event`` happens."""
+        """Queue ``what`` once ``event`` happens (a link closed first never waits for it)."""
 
-        async def wait() -> None:
-            await event
-            self.queue.put_nowait(what)
+        def happened(waited: asyncio.Future[Any]) -> None:
+            if not waited.cancelled() and waited.exception() is None:
+                self.queue.put_nowait(what)
 
-        self._tasks.append(asyncio.create_task(wait()))
+        waiting = asyncio.ensure_future(event)
+        waiting.add_done_callback(happened)
+        self._tasks.append(waiting)
 
     async def next(self, timeout: float | None = None) -> Relayed | Gone | None:
         """The next message or event; None after ``timeout`` seconds without one."""
@@ -183,6 +240,7 @@ class Link:
             return None
 
     async def close(self) -> None:
+        self.inbox.drop(self)
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -190,21 +248,29 @@ class Link:
             await asyncio.wait(tasks)
 
 
+async def send_to(layer: Any, channel: str, link: str, message: _Relayed) -> None:
+    """Send ``message`` to ``link`` on the inbox ``channel`` (of the other worker)."""
+    await layer.send(channel, {**message.model_dump(), "link": link})
+
+
 class Outbox:
     """The answer on its way back: the app never waits for Redis (unless ``BACKLOG`` bytes
-    wait), and what it sends while one message travels goes in the next, so a short answer
-    costs one or two messages, not one per ASGI message."""
+    wait), and what it sends within ``LINGER`` or while one message travels goes in the next,
+    so a short answer costs one message, not one per ASGI message."""
 
     def __init__(self, deliver: Callable[[Parts], Awaitable[None]]) -> None:
         self.deliver = deliver
         self.failed: Exception | None = None
         self._parts: list[Start | Body | End] = []
+        self._last: Start | Body | End | None = None  # the last part put
         self._wake, self._room = asyncio.Event(), asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
 
     async def put(self, parts: Iterable[Start | Body | End]) -> None:
-        self._parts.extend(parts)
+        for part in parts:
+            self._parts.append(part)
+            self._last = part
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run())
@@ -213,11 +279,15 @@ class Outbox:
             await self._room.wait()
 
     async def close(self) -> None:
-        """Send the ``End`` after what waits; return once sent (or sending failed)."""
-        if self.failed is None:
+        """Send the ``End`` after what waits, unless the response was complete (its last body
+        says it is over); return once sent (or sending failed)."""
+        if self.failed is None and not self._complete():
             await self.put([End()])
         if self._task is not None:
             await asyncio.wait({self._task})
+
+    def _complete(self) -> bool:
+        return self._last is not None and _final(self._last)
 
     def _waiting(self) -> int:
         return sum(len(p.body) for p in self._parts if isinstance(p, Body))
@@ -227,6 +297,8 @@ class Outbox:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
+                if self._parts and not _final(self._parts[-1]):
+                    await asyncio.sleep(LINGER)  # what the app sends next goes along
                 while self._parts:
                     size, count = 0, 0
                     for part in self._parts:
@@ -238,7 +310,7 @@ class Outbox:
                     await self._send(Parts(parts=batch))
                     if self._waiting() <= BACKLOG:
                         self._room.set()
-                    if isinstance(batch[-1], End):
+                    if _final(batch[-1]):
                         return
         except Exception as exc:  # the channel layer is down past PATIENCE
             self.failed = exc
@@ -256,6 +328,11 @@ class Outbox:
                 failing = failing or _Failing("relaying an answer back", exc)
                 if not await failing.wait():
                     raise
+
+
+def _final(part: Start | Body | End) -> bool:
+    """Is nothing more to travel after ``part`` (the request's end, or its response's)?"""
+    return isinstance(part, End) or (isinstance(part, Body) and not part.more_body)
 
 
 class _Failing:

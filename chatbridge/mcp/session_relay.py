@@ -41,6 +41,7 @@ from chatbridge.mcp.relay_wire import (
     Body,
     Cancel,
     End,
+    Inbox,
     Link,
     NotHeld,
     Outbox,
@@ -53,6 +54,7 @@ from chatbridge.mcp.relay_wire import (
     read_body,
     replaying,
     scope_of,
+    send_to,
     worker_tag,
 )
 
@@ -83,6 +85,7 @@ class SessionRelay:
         self.watch = PeerWatch(peers)
         self._tasks: set[asyncio.Task[None]] = set()
         self._forwarding: set[Link] = set()  # requests relayed from here, being answered
+        self._inbox: Inbox | None = None  # both sides' links: made with the first
 
     def _later(self, work: Awaitable[None]) -> None:
         async def run() -> None:
@@ -103,6 +106,13 @@ class SessionRelay:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+        if self._inbox is not None:
+            await self._inbox.aclose()
+
+    def _link(self) -> Awaitable[Link]:
+        if self._inbox is None:
+            self._inbox = Inbox(get_channel_layer())
+        return self._inbox.link()
 
     # -- the worker that received the request ---------------------------------------------
 
@@ -141,10 +151,10 @@ class SessionRelay:
     async def _relay(self, request: RelayRequest, tag: str, receive: Receive, send: Send) -> bool:
         """Send ``request`` to the holder and its answer to the client; False if it was not
         taken (nothing was sent to the client)."""
-        layer = get_channel_layer()
-        link = Link(layer)
+        link = await self._link()
+        layer = link.layer
         try:
-            sent = request.model_copy(update={"reply_to": await link.open()})
+            sent = request.model_copy(update={"reply_to": link.channel, "link": link.id})
             # A holder that cannot be reached for a moment (Redis restarting) is not gone.
             message = sent.model_dump()
             group = worker_group(tag)
@@ -184,8 +194,10 @@ class SessionRelay:
                         start = {"type": "http.response.start", "status": status}
                         await send({**start, "headers": headers})
                     case Body(body=body, more_body=more):
-                        done = not more
+                        done = over = not more  # a complete response is the holder's last word
                         await send({"type": "http.response.body", "body": body, "more_body": more})
+                        if done:
+                            break
                     case End():
                         over = True
                         break
@@ -207,7 +219,7 @@ class SessionRelay:
             if over:
                 await link.close()
             else:  # the client left (or this worker stops): so does the request on the holder
-                await _cancel(link, accepted.channel)
+                await _cancel(link, accepted)
                 self._later(_last_word(link))  # it closes the link once the holder ends
         if not started:  # the holder's app failed before answering, or the holder died
             await answer(send, 500, b"Internal Server Error")
@@ -225,14 +237,15 @@ class SessionRelay:
         layer = get_channel_layer()
 
         async def reply(message: Relayed) -> None:
-            await layer.send(request.reply_to, message.model_dump())
+            await send_to(layer, request.reply_to, request.link, message)
 
         if not self.holds(request.session_id):
             await reply(NotHeld())
             return
-        link = Link(layer)
+        link = await self._link()
         try:
-            await reply(Accepted(worker=self.peers.worker, channel=await link.open()))
+            here = Accepted(worker=self.peers.worker, channel=link.channel, holder_link=link.id)
+            await reply(here)
         except BaseException:
             await link.close()
             raise
@@ -291,9 +304,9 @@ class SessionRelay:
             await outbox.close()  # its End is the holder's last word
 
 
-async def _cancel(link: Link, channel: str) -> None:
+async def _cancel(link: Link, accepted: Accepted) -> None:
     try:
-        await link.layer.send(channel, Cancel().model_dump())
+        await send_to(link.layer, accepted.channel, accepted.holder_link, Cancel())
     except Exception as exc:  # the holder ends it when it sees this worker gone
         logger.warning("cancelling a relayed MCP request failed: %r", exc)
 
