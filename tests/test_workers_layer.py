@@ -88,6 +88,10 @@ async def test_subscriptions_come_back_after_redis_restarts(
         assert (await workers.receive(channel))["type"] == "after"
 
 
+def used_since(before: dict[str, int], now: dict[str, int]) -> dict[str, int]:
+    return {k: n - before.get(k, 0) for k, n in now.items() if n != before.get(k, 0)}
+
+
 async def test_a_relayed_request_costs_three_publishes_and_no_subscription(
     layer: tuple[WorkersLayer, OwnRedis],
 ) -> None:
@@ -104,13 +108,19 @@ async def test_a_relayed_request_costs_three_publishes_and_no_subscription(
     try:
         async with relay_workers() as (holder, other):
             session = await opened(holder)
+            await request(other, "POST", TOOLS, session=session)  # connections made, inbox too
+            before = commands(meter)
+            # A notification needs no answer: handed over one way, answered where it came.
             assert (await request(other, "POST", INITIALIZED, session=session)).status == 202
+            assert used_since(before, commands(meter)) == {"cmdstat_publish": 1}
             before = commands(meter)
             listed = await request(other, "POST", TOOLS, session=session)
             assert listed.status == 200 and [m["id"] for m in listed.json()] == [2]
-            spent = commands(meter)
-            used = {k: n - before.get(k, 0) for k, n in spent.items() if n != before.get(k, 0)}
-            assert used == {"cmdstat_publish": 3}
+            assert used_since(before, commands(meter)) == {"cmdstat_publish": 3}
+            # For a holder no worker listens for (gone), at once what the SDK answers.
+            gone = f"{'cd' * 16}.host-3"
+            refused = await request(other, "POST", INITIALIZED, session=gone)
+            assert refused.status == 404 and b"Session not found" in refused.body
     finally:
         if before_layer is None:
             channel_layers.backends.pop("default", None)

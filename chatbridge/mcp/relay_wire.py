@@ -16,7 +16,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Annotated, Any, Literal, TypeAlias
 
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import JSONRPCRequest, jsonrpc_message_adapter
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.requests import Request
 
 from chatbridge.asgi_types import Message, Receive, Scope, Send
 from chatbridge.cluster.layer_health import note_trouble
@@ -38,9 +43,11 @@ __all__ = [
     "Parts",
     "Relayed",
     "Start",
+    "accepted",
     "answer",
     "client_gone",
     "holder_tag",
+    "one_way",
     "pieces",
     "read_body",
     "replaying",
@@ -397,6 +404,40 @@ def pieces(message: Message) -> Iterator[Start | Body]:
         body, more = bytes(message.get("body", b"")), bool(message.get("more_body", False))
         for at in range(0, max(len(body), 1), CHUNK):
             yield Body(body=body[at : at + CHUNK], more_body=more or at + CHUNK < len(body))
+
+
+def one_way(scope: Scope, body: bytes, *, json_only: bool) -> bool:
+    """Is this a request the SDK answers 202 with no body, from its headers and body alone:
+    a POST of a JSON-RPC notification or response (no request) that its transport accepts?
+    Such a request is handed to the holder one way and answered here (``accepted``); what
+    only the holder can check (the session is still there, and the caller's) it checks
+    then, and a message it refuses is logged there."""
+    if scope.get("method") != "POST":
+        return False
+    request = Request(scope)
+    has_json, has_sse = check_accept_headers(request)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not has_json or not (has_sse or json_only) or kind != "application/json":
+        return False
+    version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return False  # another era's request: the holder's SDK routes it
+    try:
+        message = jsonrpc_message_adapter.validate_json(body)
+    except ValueError:  # pydantic's ValidationError among them: the SDK's 400, from there
+        return False
+    return not isinstance(message, JSONRPCRequest)
+
+
+async def accepted(send: Send, session: str) -> None:
+    """The SDK's answer to a notification or a response: 202, no body."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"mcp-session-id", session.encode("latin-1")),
+        (b"content-length", b"0"),
+    ]
+    await send({"type": "http.response.start", "status": 202, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 async def answer(send: Send, status: int, body: bytes, kind: bytes = b"text/plain") -> None:

@@ -9,7 +9,11 @@ request's origin and identified its caller already; it reads the body (within th
 and sends the request to the holder's group. The holder serves it as if it had received it —
 the SDK checks that the session is the caller's, as always — and streams back what the SDK
 answers: the response's start, then each piece of its body as it comes (an event stream lasts
-as long as the client keeps it open).
+as long as the client keeps it open). A message the SDK answers with 202 and no body (a
+notification, or the client's response to a question) goes one way: handed to the holder's
+process (Redis counts who received it) and answered 202 at once where it came, as the SDK does
+before it reads the message; what only the holder can check (the session is still there, and
+the caller's) is checked there, and a message refused then is logged there.
 
 Each side watches the other. The client going away ends the request on the holder (a cancel
 to the holder's channel for it, then ``http.disconnect``). A holder that does not take the
@@ -32,7 +36,7 @@ from channels.layers import get_channel_layer
 from chatbridge.asgi_types import ASGIApp, Message, Receive, Scope, Send
 from chatbridge.cluster.messages import RelayRequest
 from chatbridge.cluster.peers import worker_group
-from chatbridge.cluster.reply_channels import patiently
+from chatbridge.cluster.reply_channels import NotDelivered, patiently
 from chatbridge.mcp.callers import SCOPE_KEY, Caller
 from chatbridge.mcp.events import ResumableSessions
 from chatbridge.mcp.peer_watch import Peers, PeerWatch
@@ -47,9 +51,11 @@ from chatbridge.mcp.relay_wire import (
     Outbox,
     Relayed,
     Start,
+    accepted,
     answer,
     client_gone,
     holder_tag,
+    one_way,
     pieces,
     read_body,
     replaying,
@@ -81,6 +87,7 @@ class SessionRelay:
     ) -> None:
         self.peers, self.serve = peers, serve
         self.holds, self.max_body = sessions.holds, sessions.max_request_body_size
+        self.json_only = sessions.json_response
         self.tag, self.accept_timeout = worker_tag(peers.worker), accept_timeout
         self.watch = PeerWatch(peers)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -144,9 +151,30 @@ class SessionRelay:
             http_version=scope.get("http_version", "1.1"),
             caller={"identity": caller.identity, "quota": caller.quota, "meta": dict(caller.meta)},
         )
+        if one_way(scope, body, json_only=self.json_only):
+            sent = await self._send_one_way(request, tag)
+            if sent is not None:
+                if sent:
+                    await accepted(send, session)
+                    return None
+                return replaying(body, receive)  # nobody holds it: the SDK answers 404
         if await self._relay(request, tag, receive, send):
             return None
         return replaying(body, receive)
+
+    async def _send_one_way(self, request: RelayRequest, tag: str) -> bool | None:
+        """Hand a message that needs no answer to the holder: True once it reached the holder's
+        process, False if no worker listens for that holder (it is gone), None if the layer
+        failed (it is relayed as any request then, riding the failure out)."""
+        layer = get_channel_layer()
+        try:
+            await layer.group_send(worker_group(tag), request.model_dump())
+        except NotDelivered:
+            return False
+        except Exception as exc:
+            logger.info("MCP session %s: one-way relay failed: %r", request.session_id, exc)
+            return None
+        return True
 
     async def _relay(self, request: RelayRequest, tag: str, receive: Receive, send: Send) -> bool:
         """Send ``request`` to the holder and its answer to the client; False if it was not
@@ -231,7 +259,41 @@ class SessionRelay:
 
     def take(self, request: RelayRequest) -> None:
         """Serve a request another worker relayed here (the worker listener hands it over)."""
-        self._later(self._serve(request))
+        self._later(self._serve(request) if request.reply_to else self._serve_one_way(request))
+
+    async def _serve_one_way(self, request: RelayRequest) -> None:
+        """A message the worker that received it answered already (202): served here, what
+        the SDK answers kept for the log only."""
+        if not self.holds(request.session_id):
+            logger.info(
+                "MCP session %s: a message for it arrived after it ended", request.session_id
+            )
+            return
+        status: list[int] = []
+        given = False
+
+        async def receive() -> Message:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+
+        try:
+            await asyncio.wait_for(self.serve(scope_of(request), receive, send), CANCEL_GRACE)
+        except TimeoutError:
+            logger.warning("MCP session %s: a relayed message was not taken", request.session_id)
+        if status != [202]:
+            logger.warning(
+                "MCP session %s: a relayed message was refused here (%s) after the client was "
+                "told it was accepted",
+                request.session_id,
+                status,
+            )
 
     async def _serve(self, request: RelayRequest) -> None:
         layer = get_channel_layer()
