@@ -43,7 +43,7 @@ __all__ = [
     "Parts",
     "Relayed",
     "Start",
-    "accepted",
+    "answer_accepted",
     "answer",
     "client_gone",
     "holder_tag",
@@ -409,7 +409,7 @@ def pieces(message: Message) -> Iterator[Start | Body]:
 def one_way(scope: Scope, body: bytes, *, json_only: bool) -> bool:
     """Is this a request the SDK answers 202 with no body, from its headers and body alone:
     a POST of a JSON-RPC notification or response (no request) that its transport accepts?
-    Such a request is handed to the holder one way and answered here (``accepted``); what
+    Such a request is handed to the holder one way and answered here (``answer_accepted``); what
     only the holder can check (the session is still there, and the caller's) it checks
     then, and a message it refuses is logged there."""
     if scope.get("method") != "POST":
@@ -429,7 +429,7 @@ def one_way(scope: Scope, body: bytes, *, json_only: bool) -> bool:
     return not isinstance(message, JSONRPCRequest)
 
 
-async def accepted(send: Send, session: str) -> None:
+async def answer_accepted(send: Send, session: str) -> None:
     """The SDK's answer to a notification or a response: 202, no body."""
     headers = [
         (b"content-type", b"application/json"),

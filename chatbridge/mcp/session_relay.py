@@ -16,7 +16,7 @@ before it reads the message; what only the holder can check (the session is stil
 the caller's) is checked there, and a message refused then is logged there.
 
 Each side watches the other. The client going away ends the request on the holder (a cancel
-to the holder's channel for it, then ``http.disconnect``). A holder that does not take the
+to its link on the holder's inbox, then ``http.disconnect``). A holder that does not take the
 request within ``ACCEPT_TIMEOUT`` (a dead worker, or one that no longer holds the session)
 leaves it to the receiving worker, which answers as the SDK does for a session it does not
 know (404 "Session not found"), or replays a resumed stream from the shared event log
@@ -51,8 +51,8 @@ from chatbridge.mcp.relay_wire import (
     Outbox,
     Relayed,
     Start,
-    accepted,
     answer,
+    answer_accepted,
     client_gone,
     holder_tag,
     one_way,
@@ -155,7 +155,7 @@ class SessionRelay:
             sent = await self._send_one_way(request, tag)
             if sent is not None:
                 if sent:
-                    await accepted(send, session)
+                    await answer_accepted(send, session)
                     return None
                 return replaying(body, receive)  # nobody holds it: the SDK answers 404
         if await self._relay(request, tag, receive, send):
