@@ -270,14 +270,11 @@ class SessionRelay:
             )
             return
         status: list[int] = []
-        given = False
 
-        async def receive() -> Message:
-            nonlocal given
-            if not given:
-                given = True
-                return {"type": "http.request", "body": request.body, "more_body": False}
+        async def disconnected() -> Message:
             return {"type": "http.disconnect"}
+
+        receive = replaying(request.body, disconnected)  # the body, then nobody listening
 
         async def send(message: Message) -> None:
             if message["type"] == "http.response.start":
