@@ -60,8 +60,8 @@ def _setup_django() -> None:
 async def _measure(completions: int, warmup: int) -> dict[str, Any]:
     from django.conf import settings
 
-    from chatbridge.chat.registry import get_registry
     from chatbridge.engine.completion import Completion, stream_completion
+    from chatbridge.installed_plugins import get_registry
     from chatbridge.llm import litellm_module
 
     model = settings.CHATBRIDGE_MODEL

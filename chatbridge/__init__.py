@@ -23,6 +23,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _distribution_version
 
 from chatbridge.author.auto_form import auto_form
+from chatbridge.author.context import ToolContext
 from chatbridge.author.elicit import (
     Accept,
     Cancel,
@@ -67,15 +68,16 @@ from chatbridge.author.plugins import (
     PluginRegistry,
     RenderSurface,
     Submission,
+    UrlPage,
+    UrlQuestion,
     make_plugin,
 )
 from chatbridge.author.rules import AnswerRefused, answer_rule
 from chatbridge.author.sampling import SampleResult
 from chatbridge.author.tools import McpTool, ToolHints, create_mcp_tool
-from chatbridge.calls.context import ToolContext
 from chatbridge.calls.events import SessionEvent
 from chatbridge.calls.journal import JournalEntry
-from chatbridge.calls.links import UrlLinks, UrlPage, UrlQuestion
+from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.sessions import PluginSession, SessionInfo
 

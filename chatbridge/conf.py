@@ -18,6 +18,9 @@ DEFAULTS: dict[str, Any] = {
     "CHATBRIDGE_MODEL": "offline/chatbridge-1",
     # Dotted paths of the Plugin objects (or create_tool tools) to serve.
     "CHATBRIDGE_PLUGINS": [],
+    # The dotted path of what draws a question's card in the chat around its plugin's form
+    # (a function like ``chatbridge.chat.rendering.render_form``), as Django's FORM_RENDERER.
+    "CHATBRIDGE_FORM_RENDERER": "chatbridge.chat.rendering.render_form",
     # Seconds a tool may wait for an answer before its session is aborted (None: never).
     "CHATBRIDGE_SESSION_IDLE_TIMEOUT": 3600.0,
     # Refused answers one question takes, on every transport (the chat's form, MCP clients,

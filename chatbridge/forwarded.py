@@ -8,7 +8,7 @@ the address it was reached from, so the first address, from the right, that is n
 proxy is the client's, and whatever a client wrote into the header itself stays to its left.
 
 ``use_forwarded_client`` puts that address in the ASGI scope's ``client``, for every request
-(``chatbridge.serving``'s HTTP router) and socket (``chatbridge.chat.origins``, which guards
+(``chatbridge.serving``'s HTTP router) and socket (``chatbridge.origins``, which guards
 every WebSocket route) as it arrives: the chat's caps, MCP's callers and Django's
 ``REMOTE_ADDR`` all read it there. (A call where a request arrives, not a middleware: a
 middleware's frame would be resumed for every frame of every socket.) The servers' own

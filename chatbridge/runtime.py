@@ -72,16 +72,17 @@ class ChatBridgeRuntime:
 
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
+        from django.utils.module_loading import import_string
+
         from chatbridge.author.sampling import LiteLLMSampler
         from chatbridge.calls.manager import SessionManager
-        from chatbridge.chat.broadcast import publish
-        from chatbridge.chat.registry import get_registry
-        from chatbridge.chat.rendering import render_form
+        from chatbridge.cluster.broadcast import publish
         from chatbridge.cluster.listener import WorkerListener
         from chatbridge.cluster.peers import ChannelPeers
         from chatbridge.cluster.record_watch import RecordWatch
         from chatbridge.cluster.takeover import Takeover
         from chatbridge.engine.engine import ChatHub
+        from chatbridge.installed_plugins import get_registry
         from chatbridge.mcp.endpoint import build_mcp_endpoint
         from chatbridge.mcp.parked import ParkedCalls
         from chatbridge.records.recorder import DjangoRecorder
@@ -111,7 +112,7 @@ class ChatBridgeRuntime:
             queue=store,  # messages sent while a turn runs wait on record
             limits=store,  # caps per visitor, counted across workers
             sink=publish,
-            render_form=render_form,
+            render_form=import_string(setting("CHATBRIDGE_FORM_RENDERER")),
             model=setting("CHATBRIDGE_MODEL"),
             peers=ChannelPeers(),
         )

@@ -76,12 +76,12 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
 
     from chatbridge.chat.checks import static_files_collected
     from chatbridge.chat.limits import close_oversized_frames_on_daphne
-    from chatbridge.chat.origins import SameOriginValidator
     from chatbridge.chat.routing import SOCKETS_SERVED
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
     from chatbridge.conf import setting
     from chatbridge.forwarded import trusted_networks, use_forwarded_client
     from chatbridge.mcp.resource import METADATA_PATHS
+    from chatbridge.origins import SameOriginValidator
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
 
     threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()

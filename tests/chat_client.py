@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.sessions.backends.db import SessionStore
 
 from chatbridge.asgi import application
-from chatbridge.chat.models import Conversation
+from chatbridge.records.models import Conversation
 from tests.chat_http import TEST_CARD
 
 # A page of the site itself: the Origin is the same host and port as the Host the socket asks.

@@ -13,6 +13,7 @@ os.environ.setdefault("CHATBRIDGE_MCP_PUBLIC", "1")
 
 import contextlib  # noqa: E402
 import shutil  # noqa: E402
+import uuid  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -175,16 +176,24 @@ def pytest_configure(config: pytest.Config) -> None:
     django.setup()
     if not hasattr(config, "workerinput"):
         call_command("collectstatic", "--noinput", "-v0")
+        # The run's id, known here before pytest-xdist makes one for its workers: they share
+        # the run's database templates (tests.servers.migrated_template), removed at its end.
+        if getattr(config.option, "testrunuid", "") is None:
+            config.option.testrunuid = uuid.uuid4().hex
+        run = getattr(config.option, "testrunuid", None) or f"pid{os.getpid()}"
+        os.environ["PYTEST_XDIST_TESTRUNUID"] = run
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Servers a failed test left running are stopped (and named: a test that leaves one is to
     be mended); a parallel worker hands what the reliability suite counted to the main process."""
     from tests.reliability import COUNTS
-    from tests.servers import stop_leftovers
+    from tests.servers import stop_leftovers, template_folder
 
     for server in stop_leftovers():
         print(f"\nstopped a server a test left running: {server}", file=sys.stderr)
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(template_folder(), ignore_errors=True)
 
     output = getattr(session.config, "workeroutput", None)
     if output is not None:

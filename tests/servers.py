@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -95,21 +98,46 @@ ONE_ADDRESS = {
 
 
 def migrated_env(database: Path, settings: str = "chatbridge.settings") -> dict[str, str]:
-    """The environment of a server on a fresh SQLite ``database``, migrated."""
+    """The environment of a server on a fresh SQLite ``database``, migrated: a copy of the
+    run's migrated template for ``settings`` (``manage.py migrate`` runs once per run and
+    settings module, not once per server: it costs seconds of CPU)."""
     env = {
         **os.environ,
         "DATABASE_URL": f"sqlite:///{database}",
         "DJANGO_SETTINGS_MODULE": settings,
         **ONE_ADDRESS,
     }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=120,
-    )
+    shutil.copyfile(migrated_template(settings), database)
     return env
+
+
+def template_folder() -> Path:
+    """Where this test run keeps its database templates (removed when the run ends: conftest's
+    ``pytest_sessionfinish``); the run is pytest-xdist's, so its workers share it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    return Path(tempfile.gettempdir()) / f"chatbridge-templates-{os.getuid()}" / run
+
+
+def migrated_template(settings: str = "chatbridge.settings") -> Path:
+    """A SQLite database migrated by ``manage.py migrate`` with ``settings``, made once per test
+    run and shared by its pytest-xdist workers (a lock file keeps two from making it at once).
+    Only copies of it are served: nothing writes to it once made."""
+    folder = template_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    template = folder / f"{settings}.sqlite3"
+    with (folder / f"{settings}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            making = folder / f"{settings}.{os.getpid()}.making"
+            env = {
+                **os.environ,
+                "DATABASE_URL": f"sqlite:///{making}",
+                "DJANGO_SETTINGS_MODULE": settings,
+            }
+            manage = [sys.executable, "manage.py", "migrate", "--noinput", "-v0"]
+            subprocess.run(manage, cwd=ROOT, env=env, check=True, timeout=120)
+            making.rename(template)  # whole, or not there
+    return template
 
 
 def superuser(database: Path, prefix: str = "ops") -> tuple[str, str]:

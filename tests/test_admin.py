@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.test import AsyncClient, Client
 from django.utils import formats, timezone
 
-from chatbridge.chat.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
+from chatbridge.records.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 

@@ -44,7 +44,8 @@ from asgiref.sync import sync_to_async
 from django.urls import reverse
 
 import chatbridge
-from chatbridge import Accept, ToolContext
+from chatbridge import Accept
+from chatbridge.calls.context import CallContext
 from chatbridge.records.writer import flush
 from plugins.book_flight.data import seat_map_for
 from tests.chat_client import html_socket
@@ -67,13 +68,13 @@ EXPECTED_PATH = (
     "chatbridge/calls/session_events.py",
     "chatbridge/calls/session_questions.py",
     "chatbridge/calls/sessions.py",
-    "chatbridge/calls/storable.py",
+    "chatbridge/author/storable.py",
     "chatbridge/calls/strict_json.py",
-    "chatbridge/chat/broadcast.py",
+    "chatbridge/cluster/broadcast.py",
     "chatbridge/chat/consumers.py",
     "chatbridge/chat/limits.py",
-    "chatbridge/chat/origins.py",
-    "chatbridge/chat/viewers.py",
+    "chatbridge/origins.py",
+    "chatbridge/cluster/viewers.py",
     "chatbridge/engine/conversation.py",
     "chatbridge/engine/engine.py",
     "chatbridge/engine/forms.py",
@@ -254,7 +255,7 @@ async def test_one_seat_answer_runs_the_expected_modules() -> None:
         await flush()  # nothing of the flight's answer is left to write when recording starts
 
         # ``ctx.elicit`` hands back ``_ask``'s coroutine: that is what returns the answer.
-        path = CallPath(ToolContext._ask.__code__, asyncio.get_running_loop())
+        path = CallPath(CallContext._ask.__code__, asyncio.get_running_loop())
         await sync_to_async(sys.setprofile)(path.hook)  # the database thread (SQLite's writes)
         try:
             with _profiled(path.hook):

@@ -18,7 +18,7 @@ from chatbridge.calls.outcome import (
     call_status,
     describe,
 )
-from chatbridge.chat.models import Conversation, Message, ToolSession
+from chatbridge.records.models import Conversation, Message, ToolSession
 from tests.chat_client import html_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)

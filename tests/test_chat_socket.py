@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.records.models import JournalRecord, ToolSession
 from chatbridge.records.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime, current_runtime
 from plugins.book_flight.data import search_flights, seat_map_for

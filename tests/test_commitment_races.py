@@ -17,8 +17,8 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 from mcp import Client
 
-from chatbridge.chat.models import ElicitLink, JournalRecord, ToolSession
 from chatbridge.chat.operations import abort_tool_session
+from chatbridge.records.models import ElicitLink, JournalRecord, ToolSession
 from chatbridge.records.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime
 from tests.chat_client import ChatClient

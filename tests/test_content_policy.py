@@ -11,8 +11,8 @@ from django.conf import settings
 from django.test import Client, override_settings
 
 from chatbridge.chat.checks import project_setup
-from chatbridge.chat.models import Conversation, Message
 from chatbridge.chat.views import GUEST_CSP, LINK_CSP
+from chatbridge.records.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
 

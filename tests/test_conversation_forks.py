@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from chatbridge.chat.models import Conversation, Message
+from chatbridge.records.models import Conversation, Message
 from chatbridge.records.store import _messages
 from tests.chat_client import ChatClient
 from tests.test_chat_socket import to_seat_picker

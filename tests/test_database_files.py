@@ -39,7 +39,7 @@ KEEP_OPEN = (
     "from django.core.management import call_command\n"
     "from django.db import connection\n"
     "call_command('migrate', '--noinput', '-v0')\n"
-    "from chatbridge.chat.models import Conversation\n"
+    "from chatbridge.records.models import Conversation\n"
     "Conversation.objects.create(owner='permissions-check')\n"
     "import os, stat, sys\n"
     "name = connection.settings_dict['NAME']\n"

@@ -13,8 +13,8 @@ from django.db import IntegrityError, connection
 
 from chatbridge import create_mcp_tool
 from chatbridge.calls.journal import JournalEntry
-from chatbridge.chat.models import JournalRecord, Message, ToolSession
 from chatbridge.engine.tool_message import NOT_QUOTED
+from chatbridge.records.models import JournalRecord, Message, ToolSession
 from chatbridge.records.recorder import WORKER_ID, DjangoRecorder
 from chatbridge.records.writer import flush
 from tests.chat_client import ChatClient

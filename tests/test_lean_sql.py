@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chatbridge.chat.models import Conversation, JournalRecord, Message, ToolSession
 from chatbridge.records import lean_sql
+from chatbridge.records.models import Conversation, JournalRecord, Message, ToolSession
 from tests.test_services import postgres_url, run_django  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,11 +21,11 @@ from chatbridge.author.elicit import Accept
 from chatbridge.author.exceptions import ClaimLost
 from chatbridge.calls.events import FailedEvent
 from chatbridge.calls.outcome import Aborted
-from chatbridge.chat.models import JournalRecord, ToolSession, WorkerHeartbeat, aborted_row
+from chatbridge.cluster.page_answers import deliver
 from chatbridge.mcp.rounds import HELD_ELSEWHERE
 from chatbridge.records import lease
 from chatbridge.records.lease import WORKER_ID
-from chatbridge.records.url_links import deliver
+from chatbridge.records.models import JournalRecord, ToolSession, WorkerHeartbeat, aborted_row
 from chatbridge.records.writer import flush
 from chatbridge.runtime import ChatBridgeRuntime
 from tests.servers import free_port, migrated_env, start_daphne, start_each, stop
@@ -90,7 +90,7 @@ def test_the_scan_finds_every_way_the_owner_was_written() -> None:
     # The writers before the lease: store's and the sweeper's claims, the recorder's start,
     # the task expiry's end; and the other ways Django writes a column.
     before = """
-from chatbridge.chat.models import ToolSession
+from chatbridge.records.models import ToolSession
 ToolSession.objects.filter(pk=c, worker=w).update(worker=WORKER_ID, resumes=F("resumes") + 1)
 fields = {"status": s, "worker": WORKER_ID}
 lean_sql.update(ToolSession, fields, id=c)
@@ -102,7 +102,7 @@ ToolSession(id=c, worker=w)
 """
     assert owner_writes(before) == [3, 4, 6, 7, 8, 9, 10]
     reads = """
-from chatbridge.chat.models import ToolSession
+from chatbridge.records.models import ToolSession
 ToolSession.objects.filter(pk=c, worker=WORKER_ID).update(status="failed")
 lean_sql.update(ToolSession, {"status": s}, id=c, worker=WORKER_ID)
 WorkerHeartbeat.objects.update_or_create(worker=WORKER_ID, defaults={"beat_at": now})

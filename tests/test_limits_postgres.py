@@ -22,7 +22,7 @@ import json, threading
 from django.db import connection
 from django.test.utils import override_settings
 from chatbridge.records import store
-from chatbridge.chat.models import Conversation, QueueEntry
+from chatbridge.records.models import Conversation, QueueEntry
 from chatbridge.engine.conversation import CommandRefused
 from chatbridge.engine.turns import QueuedMessage
 

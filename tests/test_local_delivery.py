@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from chatbridge.chat.broadcast import publish, sockets_here
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.consumers import CLOSE_TOO_SLOW, MAX_OUTBOX
+from chatbridge.cluster.broadcast import publish, sockets_here
 from chatbridge.engine.protocol import (
     AssistantDelta,
     ChatEvent,

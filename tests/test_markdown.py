@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 
 from chatbridge.chat.markdown import render_markdown
-from chatbridge.chat.models import Conversation, Message
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.engine.protocol import AssistantDelta, AssistantMessage, UserMessage
+from chatbridge.records.models import Conversation, Message
 
 
 def test_bold_code_lists_blocks_tables_and_strikethrough() -> None:

@@ -22,8 +22,8 @@ from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
 from chatbridge.author.model_context import extract_context
-from chatbridge.chat.models import McpToken, ToolSession
 from chatbridge.records.mcp_tokens import issue_token, revoke_tokens
+from chatbridge.records.models import McpToken, ToolSession
 from tests.mcp_results import input_required, responses, text_of
 from tests.mcp_site import mcp_site
 

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from pytest_django.fixtures import Settings
 
 from chatbridge.author.model_context import extract_context
-from chatbridge.chat.models import ToolSession
+from chatbridge.records.models import ToolSession
 from tests.mcp_results import elicitation, input_required, responses
 from tests.mcp_site import mcp_site
 from tests.raw_mcp import raw_session

@@ -15,7 +15,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.shared.auth import ProtectedResourceMetadata
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.models import ToolSession
+from chatbridge.records.models import ToolSession
 from tests.mcp_site import mcp_site
 from tests.test_mcp_auth import INITIALIZE, CardPicker, client_with, post
 

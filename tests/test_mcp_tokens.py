@@ -27,9 +27,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from chatbridge.author.model_context import extract_context
-from chatbridge.chat.models import McpToken, ToolSession, WorkerHeartbeat
 from chatbridge.records.lease import WORKER_ID
 from chatbridge.records.mcp_tokens import issue_token, revoke_tokens
+from chatbridge.records.models import McpToken, ToolSession, WorkerHeartbeat
 from tests.raw_mcp import RawSession, SseEvent, sse_events
 from tests.servers import free_port, migrated_env, start_daphne, start_each, stop, superuser
 from tests.test_mcp_tasks import McpClient, question

@@ -14,8 +14,8 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.origins import SameOriginValidator, origin_allowed
 from chatbridge.chat.routing import websocket_urlpatterns
+from chatbridge.origins import SameOriginValidator, origin_allowed
 from tests.chat_client import new_browser_session, new_conversation
 from tests.servers import free_port, migrated_env, start_daphne, stop
 

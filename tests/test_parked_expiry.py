@@ -12,9 +12,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from chatbridge.chat.models import ToolSession, WorkerHeartbeat
 from chatbridge.mcp import rounds, task_serving
 from chatbridge.mcp.parked import ParkedCalls
+from chatbridge.records.models import ToolSession, WorkerHeartbeat
 from chatbridge.runtime import ChatBridgeRuntime
 
 pytestmark = pytest.mark.django_db(transaction=True)

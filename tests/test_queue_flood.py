@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from chatbridge.chat.models import QueueEntry
 from chatbridge.engine.protocol import MAX_USER_MESSAGE
+from chatbridge.records.models import QueueEntry
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
 pytestmark = [

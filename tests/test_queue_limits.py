@@ -12,10 +12,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from chatbridge.chat.models import Conversation, QueueEntry
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.turns import LocalQueue, QueuedMessage, queue_full
 from chatbridge.records import store as chat_store
+from chatbridge.records.models import Conversation, QueueEntry
 from chatbridge.records.store import DjangoStore
 from tests.chat_client import ChatClient
 

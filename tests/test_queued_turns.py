@@ -211,7 +211,7 @@ async def test_stop_keeps_what_was_shown_as_the_reply(
 async def test_the_django_store_keeps_the_queue_on_record() -> None:
     from asgiref.sync import sync_to_async
 
-    from chatbridge.chat.models import Conversation, QueueEntry
+    from chatbridge.records.models import Conversation, QueueEntry
     from chatbridge.records.store import DjangoStore
 
     conversation = await sync_to_async(Conversation.objects.create)(owner="session:x")

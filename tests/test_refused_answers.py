@@ -27,10 +27,10 @@ from chatbridge import (
     create_mcp_tool,
 )
 from chatbridge.author.model_context import split_message
-from chatbridge.chat.models import Message, ToolSession
 from chatbridge.mcp.flat import flat_schemas
 from chatbridge.mcp.round_state import input_required
 from chatbridge.mcp.task_serving import TRANSPORT, TaskServing
+from chatbridge.records.models import Message, ToolSession
 from chatbridge.runtime import ChatBridgeRuntime
 from chatbridge.testing import run_tool
 from tests.chat_client import ChatClient

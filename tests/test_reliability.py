@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.models import JournalRecord
 from chatbridge.engine.protocol import COMMANDS
+from chatbridge.records.models import JournalRecord
 from chatbridge.records.writer import flush
 from plugins.book_flight.data import seat_map_for
 from plugins.book_flight.tool import PickSeat
@@ -275,8 +275,8 @@ async def test_a_flooding_socket_is_closed(settings: Settings) -> None:
 async def test_dropped_connections_are_cleaned_up(settings: Settings) -> None:
     import tracemalloc
 
-    from chatbridge.chat.broadcast import sockets_here
     from chatbridge.chat.socket_caps import SOCKETS
+    from chatbridge.cluster.broadcast import sockets_here
     from chatbridge.llm import litellm_module
 
     settings.CHATBRIDGE_SOCKETS_PER_VISITOR = 100  # one browser's 100 sockets at once

@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
 from chatbridge.records import retention
+from chatbridge.records.models import Conversation, ElicitLink, JournalRecord, Message, ToolSession
 from chatbridge.runtime import ChatBridgeRuntime
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, Message, ToolSession
+from chatbridge.records.models import Conversation, Message, ToolSession
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,8 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 from django.utils.functional import empty
 
-from chatbridge.chat.models import Conversation
 from chatbridge.chat.socket_owner import socket_owner
+from chatbridge.records.models import Conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from chatbridge import (
 from chatbridge.author.elicit import Accept
 from chatbridge.calls.journal import Journal
 from chatbridge.calls.manager import SessionManager
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.records.models import JournalRecord, ToolSession
 from chatbridge.runtime import ChatBridgeRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]

@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chatbridge.chat.models import (
+from chatbridge.engine.turns import QueuedMessage
+from chatbridge.records.models import (
     Conversation,
     Message,
     QueueEntry,
     ToolSession,
 )
-from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.records.store import (
     DjangoStore,

@@ -12,7 +12,7 @@ from django.test import Client
 
 from chatbridge.calls.events import LogEvent, ProgressEvent
 from chatbridge.calls.sessions import PluginSession
-from chatbridge.chat.models import Conversation, Message, ToolSession
+from chatbridge.records.models import Conversation, Message, ToolSession
 from chatbridge.records.recorder import MAX_LOG_LINES, WORKER_ID, DjangoRecorder
 from chatbridge.records.writer import flush
 from tests.chat_client import ChatClient

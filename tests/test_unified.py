@@ -9,9 +9,9 @@ import pytest
 
 from chatbridge import PluginRegistry, SessionManager, create_mcp_tool, make_plugin
 from chatbridge.author.sampling import LiteLLMSampler
-from chatbridge.chat.models import ToolSession
 from chatbridge.engine.engine import ChatHub
 from chatbridge.engine.protocol import ChatEvent
+from chatbridge.records.models import ToolSession
 from chatbridge.records.writer import flush
 from tests.chat_client import ChatClient
 from tests.test_engine import MemoryStore, first_event

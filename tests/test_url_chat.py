@@ -17,9 +17,9 @@ from django.utils import timezone
 from django.views.debug import ExceptionReporter
 
 from chatbridge.author.elicit import result_from_dict
-from chatbridge.chat.models import ElicitLink
+from chatbridge.cluster.page_answers import deliver
 from chatbridge.records.lease import CallLease
-from chatbridge.records.url_links import deliver
+from chatbridge.records.models import ElicitLink
 from chatbridge.records.writer import flush
 from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient

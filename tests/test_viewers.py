@@ -22,9 +22,9 @@ from django.test import override_settings
 from django.utils.module_loading import import_string
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from chatbridge.chat.broadcast import publish
-from chatbridge.chat.viewers import EVENTS_LAYER, VIEWERS_GROUP, events_layer
+from chatbridge.cluster.broadcast import publish
 from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing, ShownAck
+from chatbridge.cluster.viewers import EVENTS_LAYER, VIEWERS_GROUP, events_layer
 from chatbridge.engine.protocol import AssistantMessage, ErrorEvent
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.runtime import ChatBridgeRuntime

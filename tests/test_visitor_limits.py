@@ -13,8 +13,8 @@ from asgiref.sync import sync_to_async
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, Message
 from chatbridge.engine.conversation import CommandRefused
+from chatbridge.records.models import Conversation, Message
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_runtime")]

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from pytest_django.fixtures import Settings
 
-from chatbridge.chat.registry import get_registry
+from chatbridge.installed_plugins import get_registry
 
 
 def test_tools_page_lists_tools_parameters_and_questions(client: Client) -> None:

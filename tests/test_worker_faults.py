@@ -20,8 +20,8 @@ from django.test import override_settings
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.links import MemoryUrlLinks
-from chatbridge.chat import viewers
-from chatbridge.chat.broadcast import publish
+from chatbridge.cluster import viewers
+from chatbridge.cluster.broadcast import publish
 from chatbridge.cluster.messages import Showing
 from chatbridge.engine.conversation import ResumableCall
 from chatbridge.engine.engine import BUSY_ELSEWHERE, ChatHub
@@ -307,8 +307,8 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
     from asgiref.sync import sync_to_async
     from django.utils import timezone
 
-    from chatbridge.chat.models import Conversation, WorkerHeartbeat
     from chatbridge.records import store as stores
+    from chatbridge.records.models import Conversation, WorkerHeartbeat
     from chatbridge.records.recorder import WORKER_ID
 
     conversation = await Conversation.objects.acreate(owner="session:x")
@@ -353,8 +353,8 @@ async def test_the_turn_lease_goes_to_one_worker_and_only_then_to_another() -> N
 async def test_the_listener_rejoins_after_redis_restarts_and_stops_cleanly(
     redis_layer: OwnRedis,
 ) -> None:
-    from chatbridge.chat.models import WorkerHeartbeat
     from chatbridge.cluster.peers import query_workers
+    from chatbridge.records.models import WorkerHeartbeat
     from chatbridge.records.recorder import WORKER_ID
     from chatbridge.runtime import ChatBridgeRuntime
 

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from chatbridge.chat.models import WorkerHeartbeat
-from chatbridge.cluster.liveness import beat, forget_worker, worker_alive
+from chatbridge.records.liveness import beat, forget_worker, worker_alive
+from chatbridge.records.models import WorkerHeartbeat
 from chatbridge.records.recorder import WORKER_ID
 
 OTHER = "elsewhere:4242"  # a worker on another host: its liveness is its heartbeat alone
@@ -43,8 +43,8 @@ def test_a_request_routes_to_a_live_holder_elsewhere_found_in_one_statement() ->
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from chatbridge.chat.models import ToolSession
-    from chatbridge.cluster.liveness import holder_alive_elsewhere
+    from chatbridge.records.liveness import holder_alive_elsewhere
+    from chatbridge.records.models import ToolSession
 
     def held_by(call_id: str, worker: str, status: str = "awaiting_elicit") -> None:
         ToolSession.objects.create(id=call_id, tool_name="t", status=status, worker=worker)

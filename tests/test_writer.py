@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 
-from chatbridge.chat.models import Conversation
+from chatbridge.records.models import Conversation
 from chatbridge.records.writer import Writer, WriterNotRunning, undo_on_retry
 
 pytestmark = pytest.mark.django_db(transaction=True)

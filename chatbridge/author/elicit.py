@@ -15,7 +15,7 @@ from chatbridge.author.exceptions import ElicitValidationError, ToolDefinitionEr
 from chatbridge.author.exits import NO_DECLARED_EXITS, Change, QuestionExits
 from chatbridge.author.human import NUL_KIND, NUL_TECHNICAL, pydantic_messages
 from chatbridge.author.model_context import encode_message, with_context
-from chatbridge.calls.storable import nul_at
+from chatbridge.author.storable import nul_at
 
 __all__ = [
     "Accept",

@@ -15,11 +15,11 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from chatbridge.author.context import ToolContext
 from chatbridge.author.elicit import Accept, Cancel, Decline, ElicitRequest, ElicitResult
 from chatbridge.author.exceptions import ToolDefinitionError
 from chatbridge.author.plugins import PluginContext, Submission, make_plugin
 from chatbridge.author.tools import McpTool, McpToolBuilder, NoParams
-from chatbridge.calls.context import ToolContext
 
 __all__ = ["HANDOFF_KEY", "HandoffAnswer", "HandoffBuilder", "create_tool"]
 

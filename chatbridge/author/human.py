@@ -31,7 +31,7 @@ __all__ = [
     "schema_error_message",
 ]
 
-# The error type of a text with a NUL character (``chatbridge.calls.storable``), and its words.
+# The error type of a text with a NUL character (``chatbridge.author.storable``), and its words.
 NUL_KIND = "string_nul"
 NUL_TECHNICAL = "String should not contain a NUL character (U+0000)"
 EMAIL_EXAMPLE = gettext_noop("Enter an email address like name@example.com")

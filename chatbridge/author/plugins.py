@@ -21,6 +21,7 @@ from chatbridge.author.elicit import (
     Cancel,
     Decline,
     ElicitAction,
+    ElicitId,
     ElicitKey,
     ElicitRequest,
     ElicitResult,
@@ -28,9 +29,10 @@ from chatbridge.author.elicit import (
 )
 from chatbridge.author.exceptions import ElicitValidationError, PluginDefinitionError
 from chatbridge.author.tools import McpTool
-from chatbridge.calls.links import UrlPage
 
 __all__ = [
+    "UrlPage",
+    "UrlQuestion",
     "AnswerDesk",
     "BusinessCheck",
     "ElicitHandler",
@@ -44,6 +46,41 @@ __all__ = [
     "TypedHandler",
     "make_plugin",
 ]
+
+
+@dataclass(frozen=True)
+class UrlQuestion:
+    """What a plugin's URL page receives: the question, and how to report its answer.
+
+    ``complete(content)`` validates ``content`` against the key's model (and its rules), marks
+    the link used and delivers ``Accept(content)`` to the call wherever it runs; it raises
+    ``ElicitValidationError`` for content that does not fit, and ``LinkUsed`` when the link
+    was used meanwhile.
+    """
+
+    elicit_id: ElicitId
+    message: str
+    context: dict[str, Any]
+    params: dict[str, Any]
+    complete: Callable[[BaseModel | Mapping[str, Any]], Awaitable[None]] = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.elicit_id.key
+
+    @property
+    def call_id(self) -> str:
+        return self.elicit_id.call_id
+
+    @property
+    def tool_name(self) -> str:
+        return self.elicit_id.tool_name
+
+
+# A plugin's page for one URL key: a Django view taking the question as well,
+# ``async def page(request: HttpRequest, question: UrlQuestion) -> HttpResponse``.
+UrlPage = Callable[[Any, UrlQuestion], Awaitable[Any]]
+
 
 T = TypeVar("T")
 A = TypeVar("A", default=Any)  # the answer model of a handler's key (Any: a string key)

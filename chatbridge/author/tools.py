@@ -16,11 +16,10 @@ from chatbridge.author.elicit import KEY_NAME, ElicitKey
 from chatbridge.author.exceptions import InvalidToolParams, ToolDefinitionError
 from chatbridge.author.exits import DEFAULT_CANCEL, DEFAULT_DECLINE, Exit, QuestionExits
 from chatbridge.author.human import NUL_TECHNICAL
-from chatbridge.calls.commitment import Commitment, Compensate
-from chatbridge.calls.storable import nul_at
+from chatbridge.author.storable import nul_at
 
 if TYPE_CHECKING:
-    from chatbridge.calls.context import ToolContext
+    from chatbridge.author.context import ToolContext
 
 __all__ = ["TRANSPORTS", "McpTool", "McpToolBuilder", "NoParams", "ToolHints", "create_mcp_tool"]
 
@@ -38,6 +37,24 @@ class KeyedCompensation(Protocol[M_in]):
 
 
 ToolFn = Callable[[P, "ToolContext"], Awaitable[R]]
+
+# The committing answer (its model), and its step's idempotency_key if it takes one → a JSON result
+Compensate = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """A declared commitment: ``key``'s accepted answer commits the call; ``compensate(answer)``
+    undoes it (a refund) when the call cannot finish. ``label`` names it for people."""
+
+    key: str
+    compensate: Compensate | None = None
+    label: str = ""
+
+    @property
+    def what(self) -> str:
+        return self.label or f"the {self.key.replace('_', ' ')}"
+
 
 # Where a tool can be served: the browser chat and the MCP server (``.served_on()``).
 TRANSPORTS = ("chat", "mcp")

@@ -1,6 +1,6 @@
 """What one tool call's root context and its branch contexts share: ``CallState`` (the
 tool, its parameters, its host and journal, and whether the call was aborted or stopped).
-``ToolContext`` (``context.py``) keeps one and asks its host through it."""
+``CallContext`` (``context.py``) keeps one and asks its host through it."""
 
 from __future__ import annotations
 

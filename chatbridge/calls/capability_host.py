@@ -1,6 +1,6 @@
-"""The live side of a tool call, as ``ToolContext`` sees it: the ``CapabilityHost`` protocol.
+"""The live side of a tool call, as ``CallContext`` sees it: the ``CapabilityHost`` protocol.
 
-``ToolContext`` (``context.py``) owns the rules every host shares and calls a host only for
+``CallContext`` (``context.py``) owns the rules every host shares and calls a host only for
 the live work: asking the user, running a completion, publishing log lines and progress, and
 making each capability result durable. ``PluginSession`` is the host today; whichever transport
 carries its questions (the chat, an MCP client) sits behind it.

@@ -16,22 +16,21 @@ the terminal event says of it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from chatbridge.author.elicit import ElicitResult
+from chatbridge.author.tools import Commitment
 
 __all__ = [
     "COMPENSATION_SCOPE",
     "AbortDecision",
-    "Commitment",
     "CommitmentGuard",
     "CommitmentNote",
     "CommitmentOutcome",
-    "Compensate",
     "abort_decision_text",
     "abort_requested",
 ]
@@ -39,9 +38,6 @@ __all__ = [
 # The journal scope of compensation steps: apart from the tool's own positions (branch scopes
 # are digits), so a replay finds a compensation that ran wherever the tool stopped.
 COMPENSATION_SCOPE = "compensate"
-
-# The committing answer (its model), and its step's idempotency_key if it takes one → a JSON result
-Compensate = Callable[..., Any]
 
 # What ``PluginSession.abort`` did: stopped the tool (not committed), lets it finish, stops it
 # at its question to compensate, keeps its question open (committed, nothing to compensate
@@ -51,20 +47,6 @@ AbortDecision = Literal["aborted", "finishing", "compensating", "kept", "ended"]
 # What became of a committed call: finished despite an abort request (or with none),
 # compensated, or compensation impossible (failed, or none declared).
 CommitmentOutcome = Literal["finished", "compensated", "compensation_failed", "not_compensated"]
-
-
-@dataclass(frozen=True)
-class Commitment:
-    """A declared commitment: ``key``'s accepted answer commits the call; ``compensate(answer)``
-    undoes it (a refund) when the call cannot finish. ``label`` names it for people."""
-
-    key: str
-    compensate: Compensate | None = None
-    label: str = ""
-
-    @property
-    def what(self) -> str:
-        return self.label or f"the {self.key.replace('_', ' ')}"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import logging
 
 from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import COMPENSATION_SCOPE, CommitmentGuard, CommitmentNote
-from chatbridge.calls.context import ToolContext
+from chatbridge.calls.context import CallContext
 
 __all__ = ["compensate"]
 
@@ -26,7 +26,7 @@ async def compensate(state: CallState, guard: CommitmentGuard) -> CommitmentNote
         return guard.note("not_compensated")
     stopped_by, state.aborted = state.aborted, None  # the step runs although the call stopped
     try:
-        ctx = ToolContext(state, 0, COMPENSATION_SCOPE)
+        ctx = CallContext(state, 0, COMPENSATION_SCOPE)
         value = await ctx.step(f"compensate_{commitment.key}", commitment.compensate, guard.answer)
     except Exception as exc:
         logger.exception("compensating %s of call %s failed", commitment.key, state.call_id)

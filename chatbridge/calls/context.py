@@ -1,10 +1,11 @@
-"""The capability context a tool receives: ``ctx.elicit/sample/log/notify/branch/step``.
+"""The capability context a tool receives: ``CallContext``, the runtime's ``ToolContext``.
 
-``ToolContext`` owns the rules every host shares (declared keys, one pending question, no
-questions in branches, validation, the journal and replay); a ``CapabilityHost``
-(``capability_host.py``) does the live work: a ``PluginSession`` asks a browser or an MCP
-client. ``CallState`` (``call_state.py``) is what one call's root context and its branch
-contexts share.
+``CallContext`` implements the author's protocol (``chatbridge.author.context.ToolContext``,
+where each method is documented) and owns the rules every host shares (declared keys, one
+pending question, no questions in branches, validation, the journal and replay); a
+``CapabilityHost`` (``capability_host.py``) does the live work: a ``PluginSession`` asks a
+browser or an MCP client. ``CallState`` (``call_state.py``) is what one call's root context
+and its branch contexts share.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -47,19 +48,14 @@ from chatbridge.calls.journal import (
     to_json_value,
 )
 
-__all__ = ["LOG_LEVELS", "CapabilityHost", "LogLevel", "ToolContext"]
+__all__ = ["LOG_LEVELS", "CallContext", "CapabilityHost", "LogLevel"]
 
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
 
 
-class ToolContext:
-    """What a tool body calls; ``depth`` is 0 in the tool, 1+ inside ``ctx.branch``.
-
-    ``scope`` is the branch path (``""`` in the tool body, ``"2.1"`` in the first branch of
-    its second branch); each capability call takes the next position in its scope, which
-    with the scope identifies it in the journal.
-    """
+class CallContext:
+    """One call's ``ToolContext`` (the tool body's, ``depth`` 0, or a branch's: ``depth`` 1+ and
+    its ``scope``, the branch path), each capability call at the next position of its scope."""
 
     __slots__ = ("_branches", "_positions", "_state", "depth", "scope")  # one per call
 
@@ -91,16 +87,6 @@ class ToolContext:
     # awaiting it in one of their own: a suspended call keeps one frame less per layer (about
     # 300 bytes each, measured by bench/memory.py).
 
-    @overload
-    def elicit(
-        self, key: ElicitKey[M], *, message: str, ui: dict[str, Any] | None = None, **context: Any
-    ) -> Coroutine[Any, Any, ElicitResult[M]]: ...
-
-    @overload
-    def elicit(
-        self, key: str, *, message: str, ui: dict[str, Any] | None = None, **context: Any
-    ) -> Coroutine[Any, Any, ElicitResult[Any]]: ...
-
     def elicit(
         self,
         key: ElicitKey[Any] | str,
@@ -109,33 +95,9 @@ class ToolContext:
         ui: dict[str, Any] | None = None,
         **context: Any,
     ) -> Coroutine[Any, Any, ElicitResult[Any]]:
-        """Ask the user for the response declared for ``key``; suspend until answered (await
-        it). An unknown key raises here, before anything is sent.
-
-        With a typed key (``ElicitKey``) the answer keeps its type: ``ElicitResult[PickSeat]``.
-        """
+        """``ToolContext.elicit``: the declared key's question."""
         name, model = self._declared(key)
         return self._ask(name, model, message, context, ui)
-
-    @overload
-    def elicit_with(
-        self,
-        key: ElicitKey[M],
-        *,
-        message: str,
-        context: dict[str, Any],
-        ui: dict[str, Any] | None = None,
-    ) -> Coroutine[Any, Any, ElicitResult[M]]: ...
-
-    @overload
-    def elicit_with(
-        self,
-        key: str,
-        *,
-        message: str,
-        context: dict[str, Any],
-        ui: dict[str, Any] | None = None,
-    ) -> Coroutine[Any, Any, ElicitResult[Any]]: ...
 
     def elicit_with(
         self,
@@ -145,29 +107,14 @@ class ToolContext:
         context: dict[str, Any],
         ui: dict[str, Any] | None = None,
     ) -> Coroutine[Any, Any, ElicitResult[Any]]:
-        """``elicit`` with the context as one dict (for keys like ``message`` or ``ui``)."""
+        """``ToolContext.elicit_with``: ``elicit`` with the context as one dict."""
         name, model = self._declared(key)
         return self._ask(name, model, message, context, ui)
-
-    @overload
-    def elicit_url(
-        self, key: ElicitKey[M], *, message: str, **context: Any
-    ) -> Coroutine[Any, Any, ElicitResult[M]]: ...
-
-    @overload
-    def elicit_url(
-        self, key: str, *, message: str, **context: Any
-    ) -> Coroutine[Any, Any, ElicitResult[Any]]: ...
 
     def elicit_url(
         self, key: ElicitKey[Any] | str, *, message: str, **context: Any
     ) -> Coroutine[Any, Any, ElicitResult[Any]]:
-        """Ask ``key`` on a page of its own (a payment, a credential): the user gets a one-time
-        link; the page reports the answer, validated against the key's model like any other.
-
-        Journaled and replayed like ``elicit`` (the link is never recorded). Use it for input
-        that must not pass through the chat, the model or an MCP client.
-        """
+        """``ToolContext.elicit_url``: the key asked on a page of its own."""
         name, model = self._declared(key)
         return self._ask(name, model, message, context, None, mode="url")
 
@@ -273,19 +220,7 @@ class ToolContext:
         return result
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a side effect once and journal its JSON result; replay returns the record.
-
-        Its start is on record before ``fn`` runs. A function with an ``idempotency_key``
-        parameter receives the step's key (``step_key``: the same on every run of this step),
-        and is run again with it if the call was interrupted after the start and before the
-        result was recorded; it must then do its effect at most once per key (as a payment
-        provider does). A function without that parameter is never run again in that case:
-        ``StepOutcomeUnknown`` is raised in the tool instead (and a committed call
-        compensates). A step that raised is noted so and runs again on replay (with its key).
-
-        Live and replayed calls return the same plain JSON value (tuples become lists,
-        models become dicts), so the tool behaves identically on both paths.
-        """
+        """``ToolContext.step``: its start on record before ``fn`` runs, then its result."""
         state = self._state
         state.check_aborted()
         pos = self._next_pos()
@@ -348,18 +283,13 @@ class ToolContext:
             await self._state.host.emit_progress(message, progress, total)
 
     def branch(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Coroutine[Any, Any, T]:
-        """Run ``fn(branch_ctx, *args)`` as a sub-computation; it may sample, never elicit.
-
-        Use it as ``await ctx.branch(fn, ...)``. The branch's scope is fixed here, when
-        ``branch`` is called (source order), not when its coroutine first runs, so
-        ``asyncio.gather(ctx.branch(a), ctx.branch(b))`` replays deterministically.
-        """
+        """``ToolContext.branch``: the branch's scope fixed now, in source order."""
         self._branches += 1
         scope = f"{self.scope}.{self._branches}" if self.scope else str(self._branches)
-        return self._run_branch(ToolContext(self._state, self.depth + 1, scope), fn, args)
+        return self._run_branch(CallContext(self._state, self.depth + 1, scope), fn, args)
 
     async def _run_branch(
-        self, child: ToolContext, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
+        self, child: CallContext, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
     ) -> T:
         self._state.check_aborted()
         return await fn(child, *args)

@@ -17,7 +17,7 @@ the questions asked after them, so no question's id is ever given twice in a cal
 
 A step's *start* is on record too, before its side effect runs (DESIGN §11): a call
 interrupted between the two (a database outage, a worker killed) finds the step started and
-not finished when it is replayed, and ``ToolContext.step`` runs it again only with the same
+not finished when it is replayed, and ``CallContext.step`` runs it again only with the same
 idempotency key (``step_key``), never silently.
 
 Durable recording goes through a ``JournalStore``; its failure stops the call.

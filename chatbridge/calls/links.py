@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from chatbridge.author.elicit import Accept, ElicitId, ElicitResult, validate_result
+from chatbridge.author.elicit import Accept, ElicitResult, validate_result
 from chatbridge.author.exceptions import ElicitNotPending, LinkUnusable
 
 if TYPE_CHECKING:
     from chatbridge.author.elicit import ElicitRequest
     from chatbridge.calls.manager import SessionManager
 
-__all__ = ["MemoryUrlLinks", "OpenedLink", "UrlLinks", "UrlPage", "UrlQuestion"]
+__all__ = ["MemoryUrlLinks", "OpenedLink", "UrlLinks"]
 
 
 @dataclass(frozen=True)
@@ -61,40 +61,6 @@ class UrlLinks(Protocol):
         working. False when its page had answered first: a host's Decline or Cancel closing
         the question must then give way to the page's answer (a payment that went through)."""
         ...
-
-
-@dataclass(frozen=True)
-class UrlQuestion:
-    """What a plugin's URL page receives: the question, and how to report its answer.
-
-    ``complete(content)`` validates ``content`` against the key's model (and its rules), marks
-    the link used and delivers ``Accept(content)`` to the call wherever it runs; it raises
-    ``ElicitValidationError`` for content that does not fit, and ``LinkUsed`` when the link
-    was used meanwhile.
-    """
-
-    elicit_id: ElicitId
-    message: str
-    context: dict[str, Any]
-    params: dict[str, Any]
-    complete: Callable[[BaseModel | Mapping[str, Any]], Awaitable[None]] = field(repr=False)
-
-    @property
-    def key(self) -> str:
-        return self.elicit_id.key
-
-    @property
-    def call_id(self) -> str:
-        return self.elicit_id.call_id
-
-    @property
-    def tool_name(self) -> str:
-        return self.elicit_id.tool_name
-
-
-# A plugin's page for one URL key: a Django view taking the question as well,
-# ``async def page(request: HttpRequest, question: UrlQuestion) -> HttpResponse``.
-UrlPage = Callable[[Any, UrlQuestion], Awaitable[Any]]
 
 
 @dataclass

@@ -27,6 +27,7 @@ from chatbridge.author.exceptions import (
     UrlQuestionsUnavailable,
     technical_errors,
 )
+from chatbridge.author.storable import for_the_record
 from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
 from chatbridge.calls.events import ElicitEvent, SessionEvent
@@ -35,7 +36,6 @@ from chatbridge.calls.links import UrlLinks
 from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import BY_EXPIRY
 from chatbridge.calls.question import FieldErrors, Question
-from chatbridge.calls.storable import for_the_record
 
 if TYPE_CHECKING:
     from chatbridge.calls.sessions import PluginSession

@@ -27,10 +27,10 @@ from chatbridge.author.exceptions import (
 )
 from chatbridge.author.exits import Change
 from chatbridge.author.sampling import Sampler, SampleRequest, SampleResult
-from chatbridge.author.tools import McpTool
+from chatbridge.author.tools import Commitment, McpTool
 from chatbridge.calls.call_state import CallState
-from chatbridge.calls.commitment import Commitment, CommitmentGuard
-from chatbridge.calls.context import ToolContext
+from chatbridge.calls.commitment import CommitmentGuard
+from chatbridge.calls.context import CallContext
 from chatbridge.calls.events import (
     AbortedEvent,
     CompletedEvent,
@@ -290,7 +290,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
         changed (``chatbridge.calls.session_changes``): the run replays up to the changed
         question and asks it anew."""
         while True:
-            ctx = ToolContext(self._state)
+            ctx = CallContext(self._state)
             try:
                 if self.tool.needs_approval:
                     await self._approve(ctx)
@@ -338,7 +338,7 @@ class PluginSession(SessionEvents, SessionQuestions, SessionStops, SessionChange
                 note = self._guard.note("finished") if self._guard.committed else None
                 await self._end(CompletedEvent(self.id, result, commitment=note), "completed")
 
-    async def _approve(self, ctx: ToolContext) -> None:
+    async def _approve(self, ctx: CallContext) -> None:
         """Ask whether the tool may run; a denial ends the call, aborted by ``DENIED_BY``."""
         reason = denial_reason(await ctx.ask_approval())
         if reason is not None:

@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, ago, folded_json, session_url, when
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin, ReadOnlyInline
-from chatbridge.chat.models import Conversation, Message, QueueEntry, ToolSession
+from chatbridge.records.models import Conversation, Message, QueueEntry, ToolSession
 
 __all__ = ["ConversationAdmin"]
 

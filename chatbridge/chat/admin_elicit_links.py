@@ -11,7 +11,7 @@ from django.utils.translation import pgettext
 
 from chatbridge.chat.admin_display import elapsed, folded_json, local_stamp, session_url, when
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin
-from chatbridge.chat.models import ElicitLink
+from chatbridge.records.models import ElicitLink
 
 __all__ = ["ElicitLinkAdmin"]
 

@@ -22,9 +22,9 @@ from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, duration, elapsed, local_stamp, session_url
 from chatbridge.chat.admin_readonly import ReadOnlyAdmin
-from chatbridge.chat.models import ToolSession
 from chatbridge.chat.operations import abort_tool_session
 from chatbridge.cluster.peers import query_workers
+from chatbridge.records.models import ToolSession
 
 __all__ = ["AbortForm", "LiveSessionsAdmin"]
 

@@ -24,7 +24,7 @@ from chatbridge.chat.admin_display import (
 )
 from chatbridge.chat.admin_live import LiveSessionsAdmin
 from chatbridge.chat.admin_readonly import ReadOnlyInline
-from chatbridge.chat.models import JournalRecord, ToolSession
+from chatbridge.records.models import JournalRecord, ToolSession
 
 __all__ = ["ToolSessionAdmin"]
 

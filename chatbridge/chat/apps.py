@@ -20,8 +20,8 @@ class ChatConfig(AppConfig):
         from chatbridge.author.language import use_translator
         from chatbridge.chat import checks  # noqa: F401  (registers the system checks)
         from chatbridge.chat.auto_forms import read_post
-        from chatbridge.chat.registry import get_registry
         from chatbridge.chat.sqlite_files import make_private
+        from chatbridge.installed_plugins import get_registry
 
         access_logs.install()  # link tokens never reach the access log
         connection_created.connect(make_private, dispatch_uid="chatbridge-private-sqlite")

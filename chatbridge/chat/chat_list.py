@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db.models import Exists, OuterRef, Q
 
-from chatbridge.chat.models import UNTITLED, Conversation, Message
+from chatbridge.records.models import UNTITLED, Conversation, Message
 
 __all__ = ["PAGE_SIZE", "ChatList", "chat_list", "has_messages"]
 

@@ -102,7 +102,7 @@ def tools_over_mcp(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     from django.core.exceptions import ImproperlyConfigured
 
     from chatbridge.author.exceptions import ToolDefinitionError
-    from chatbridge.chat.registry import build_registry
+    from chatbridge.installed_plugins import build_registry
     from chatbridge.mcp.flat import flat_schemas
 
     try:

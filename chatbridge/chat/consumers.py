@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from chatbridge.asgi_types import Scope
 from chatbridge.author.exceptions import ChatBridgeError, RefusalCode, format_errors
 from chatbridge.calls import strict_json
-from chatbridge.chat.broadcast import announce, attach, detach
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.languages import socket_language
@@ -28,6 +27,7 @@ from chatbridge.chat.limits import MAX_MESSAGE_BYTES, nul_refused, take_each, to
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.socket_caps import SOCKETS, Seat
 from chatbridge.chat.socket_owner import socket_owner
+from chatbridge.cluster.broadcast import announce, attach, detach
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.protocol import (
     Abort,
@@ -121,7 +121,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
 
     A socket has no channel of its own in the channel layer: events of this process reach
     ``deliver``, and those of other workers reach this worker's listener, which hands them to
-    ``deliver`` too (``chatbridge.chat.broadcast``)."""
+    ``deliver`` too (``chatbridge.cluster.broadcast``)."""
 
     conversation_id: str
     json_mode: bool

@@ -13,7 +13,7 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from chatbridge.calls.storable import nul_at
+from chatbridge.author.storable import nul_at
 from chatbridge.chat.chat_errors import nul_refusal
 from chatbridge.engine.protocol import MAX_USER_MESSAGE
 

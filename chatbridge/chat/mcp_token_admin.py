@@ -12,8 +12,8 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from chatbridge.chat.admin_display import NOTHING, ago, when
-from chatbridge.chat.models import McpToken
 from chatbridge.records.mcp_tokens import issue_token, revoke_tokens
+from chatbridge.records.models import McpToken
 
 __all__ = ["McpTokenAdmin"]
 

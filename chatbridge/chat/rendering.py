@@ -52,7 +52,7 @@ from chatbridge.engine.protocol import (
 )
 
 if TYPE_CHECKING:
-    from chatbridge.chat.models import ToolSession
+    from chatbridge.records.models import ToolSession
 
 __all__ = ["SocketView", "ToolCallView", "render_event", "render_form", "transcript"]
 

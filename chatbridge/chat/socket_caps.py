@@ -151,5 +151,5 @@ class Seat:
         self.buckets.clear()
 
 
-# This process's sockets (as ``chatbridge.chat.broadcast`` keeps them: they are the process's).
+# This process's sockets (as ``chatbridge.cluster.broadcast`` keeps them: they are the process's).
 SOCKETS = SocketCaps()

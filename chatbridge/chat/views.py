@@ -31,17 +31,18 @@ from django_htmx.middleware import HtmxDetails
 
 from chatbridge.author.elicit import ElicitId
 from chatbridge.author.exceptions import LinkUnusable
+from chatbridge.author.plugins import UrlQuestion
 from chatbridge.author.schema import FieldInfo, describe_fields
-from chatbridge.calls.links import UrlQuestion
-from chatbridge.calls.storable import nul_at
+from chatbridge.author.storable import nul_at
 from chatbridge.chat.chat_errors import nul_refusal
 from chatbridge.chat.chat_list import chat_list, has_messages
-from chatbridge.chat.models import ACTIVE_STATUSES, Conversation, ToolSession
-from chatbridge.chat.registry import get_registry, get_ui_resources
 from chatbridge.chat.rendering import transcript
 from chatbridge.chat.reporting import UrlPageReporterFilter
+from chatbridge.cluster import page_answers
 from chatbridge.conf import setting
+from chatbridge.installed_plugins import get_registry, get_ui_resources
 from chatbridge.records import url_links as links
+from chatbridge.records.models import ACTIVE_STATUSES, Conversation, ToolSession
 from chatbridge.records.store import owner_key
 from chatbridge.runtime import current_runtime
 
@@ -377,7 +378,7 @@ async def elicit_link(request: HttpRequest, token: str) -> HttpResponse:
                 message=row.message,
                 context=row.context,
                 params=row.params,
-                complete=partial(links.complete, row, current_runtime().manager),
+                complete=partial(page_answers.complete, row, current_runtime().manager),
             )
             try:
                 response = await page(request, question)

@@ -6,7 +6,7 @@ carries out what other workers ask of the calls and conversations held here: an 
 abort, a URL page's answer, a user's answer, abort, approve or deny, an MCP task request,
 "what is live right now". It hands the events of conversations shown here that other workers
 publish to this worker's sockets, and keeps what the others say they show
-(``chatbridge.chat.viewers``). It is given what it serves (the runtime's sessions, hub and MCP
+(``chatbridge.cluster.viewers``). It is given what it serves (the runtime's sessions, hub and MCP
 tasks) instead of looking for them.
 
 The listener is supervised: on a channel-layer error, its own or one met anywhere in the process
@@ -35,8 +35,8 @@ from django.db import DatabaseError
 from chatbridge.author.elicit import result_from_dict
 from chatbridge.calls.commitment import abort_decision_text
 from chatbridge.calls.manager import SessionManager
-from chatbridge.chat import viewers
-from chatbridge.chat.broadcast import (
+from chatbridge.cluster import viewers
+from chatbridge.cluster.broadcast import (
     announce_everything,
     conversations_here,
     deliver_here,

@@ -39,12 +39,12 @@ from chatbridge.calls.commitment import abort_requested
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.outcome import BY_SERVER, aborted, describe
 from chatbridge.calls.transports import HELD_BY_REQUEST, HOLDER_GONE, TASK
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession, aborted_row
-from chatbridge.chat.registry import get_registry
-from chatbridge.cluster.liveness import live_workers
 from chatbridge.engine.engine import ChatHub
+from chatbridge.installed_plugins import get_registry
 from chatbridge.records import lease
 from chatbridge.records.lease import WORKER_ID
+from chatbridge.records.liveness import live_workers
+from chatbridge.records.models import ACTIVE_STATUSES, ToolSession, aborted_row
 from chatbridge.records.outage import db_call
 from chatbridge.records.periodic import Periodic
 

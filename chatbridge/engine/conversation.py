@@ -10,8 +10,8 @@ from typing import Any, Protocol
 
 from chatbridge.author.exceptions import CommandRefused
 from chatbridge.author.plugins import FormPost
+from chatbridge.author.storable import scrubbed
 from chatbridge.calls.sessions import PluginSession
-from chatbridge.calls.storable import scrubbed
 from chatbridge.engine.protocol import (
     Abort,
     Approve,
@@ -350,7 +350,7 @@ def as_llm_message(role: str, content: str, tool_calls: Any, tool_call_id: str) 
 
 def read_back(message: dict[str, Any]) -> dict[str, Any]:
     """``message`` as appended to a store, as the store gives it back to the model (which
-    stores text with NUL characters replaced, ``chatbridge.calls.storable``)."""
+    stores text with NUL characters replaced, ``chatbridge.author.storable``)."""
     message = scrubbed(message)
     return as_llm_message(
         str(message.get("role") or ""),

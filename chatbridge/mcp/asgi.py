@@ -34,7 +34,6 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from chatbridge.asgi_types import Receive, Scope, Send
-from chatbridge.chat.origins import request_origin_allowed
 from chatbridge.mcp.callers import (
     OPERATOR,
     SCOPE_KEY,
@@ -55,6 +54,7 @@ from chatbridge.mcp.revocation import Revocations, RevokedAmong, Subscribe, toke
 from chatbridge.mcp.server import McpBridge
 from chatbridge.mcp.session_relay import SessionRelay
 from chatbridge.mcp.transport import quiet_session_ended, transport_security
+from chatbridge.origins import request_origin_allowed
 
 __all__ = ["McpEndpoint", "transport_security"]
 

@@ -17,11 +17,9 @@ from django.utils.module_loading import import_string
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.outcome import BY_SERVER, aborted, describe
 from chatbridge.calls.transports import HELD_BY_REQUEST, HOLDER_GONE
-from chatbridge.chat.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
-from chatbridge.chat.registry import get_registry, get_ui_resources
-from chatbridge.cluster.liveness import holder_alive_elsewhere
 from chatbridge.cluster.peers import route_round, route_task
 from chatbridge.conf import setting
+from chatbridge.installed_plugins import get_registry, get_ui_resources
 from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller
 from chatbridge.mcp.events import EventLog, MemoryEventLog, RedisEventLog
@@ -32,7 +30,9 @@ from chatbridge.mcp.task_cluster import TaskRecord
 from chatbridge.mcp.tasks import TRANSPORT
 from chatbridge.records import lease
 from chatbridge.records.lease import WORKER_ID, CallLease
+from chatbridge.records.liveness import holder_alive_elsewhere
 from chatbridge.records.mcp_tokens import PREFIX, find_token, on_revocation, revoked_among
+from chatbridge.records.models import ACTIVE_STATUSES, JournalRecord, ToolSession, aborted_row
 from chatbridge.records.outage import db_call
 from chatbridge.records.store import worker_alive
 

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from chatbridge.calls.outcome import BY_SERVER, aborted, describe
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession, aborted_row
-from chatbridge.cluster.liveness import worker_alive
 from chatbridge.mcp import rounds, task_serving
 from chatbridge.records.lease import CallLease
+from chatbridge.records.liveness import worker_alive
+from chatbridge.records.models import ACTIVE_STATUSES, ToolSession, aborted_row
 from chatbridge.records.outage import db_call
 from chatbridge.records.periodic import Periodic
 

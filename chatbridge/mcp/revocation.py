@@ -29,12 +29,12 @@ from typing import Any
 from chatbridge.asgi_types import ASGIApp, Message, Receive, Scope, Send
 from chatbridge.calls.manager import SessionManager
 from chatbridge.calls.sessions import PluginSession
+from chatbridge.records.mcp_tokens import REVOKED
 
-__all__ = ["CHECK_EVERY", "REVOKED", "Revocations", "RevokedAmong", "Subscribe", "token_of"]
+__all__ = ["CHECK_EVERY", "Revocations", "RevokedAmong", "Subscribe", "token_of"]
 
 logger = logging.getLogger("chatbridge.mcp")
 
-REVOKED = "its MCP token was revoked"  # why its calls were aborted (``abort_reason``)
 CHECK_EVERY = 1.0  # seconds between checks while this worker holds something of a token
 GRACE = 1.0  # seconds a revoked token's request has to end by itself, then to end when told
 ABORTS_AT_ONCE = 16

@@ -9,8 +9,8 @@ import threading
 from typing import Any
 
 from chatbridge.calls.events import LogEvent, ProgressEvent
-from chatbridge.chat.models import ToolSession
 from chatbridge.records import lean_sql, lease
+from chatbridge.records.models import ToolSession
 from chatbridge.records.writer import undo_on_retry
 
 __all__ = [

@@ -12,7 +12,7 @@ from django.db.models import Max
 
 from chatbridge.author.exceptions import CommandRefused
 from chatbridge.author.language import gettext as _
-from chatbridge.chat.models import Message, ToolSession
+from chatbridge.records.models import Message, ToolSession
 
 __all__ = ["Fork", "fork_messages"]
 

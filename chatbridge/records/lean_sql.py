@@ -8,7 +8,7 @@ per model, field names and database vendor, and convert values with the model fi
 on SQLite and PostgreSQL alike). Only what the ORM would do for plain columns is done here:
 no signals, no ``auto_now`` (callers pass ``updated_at``), no related lookups.
 
-Values are stored with NUL characters replaced (``chatbridge.calls.storable``): what reaches
+Values are stored with NUL characters replaced (``chatbridge.author.storable``): what reaches
 here was made by the server (a model's reply, a tool's result or log line; text from outside
 with NUL is refused where it enters), and PostgreSQL refuses NUL where SQLite keeps it.
 """
@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.utils import timezone
 
-from chatbridge.calls.storable import nul_at, scrubbed
+from chatbridge.author.storable import nul_at, scrubbed
 
 __all__ = ["append_numbered", "insert", "max_of", "rows", "select", "update"]
 

@@ -25,8 +25,8 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from chatbridge.author.exceptions import ClaimLost
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession
 from chatbridge.records import lean_sql
+from chatbridge.records.models import ACTIVE_STATUSES, ToolSession
 from chatbridge.records.outage import db_call
 
 __all__ = [

@@ -25,10 +25,9 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from chatbridge.calls.outcome import OPERATOR
-from chatbridge.chat.models import ACTIVE_STATUSES, McpToken, ToolSession
-from chatbridge.chat.operations import end_unheld
-from chatbridge.cluster.liveness import worker_alive
-from chatbridge.mcp.revocation import REVOKED
+from chatbridge.records.liveness import worker_alive
+from chatbridge.records.models import ACTIVE_STATUSES, McpToken, ToolSession
+from chatbridge.records.orphans import end_unheld
 
 __all__ = [
     "PREFIX",
@@ -42,6 +41,7 @@ __all__ = [
     "token_hash",
 ]
 
+REVOKED = "its MCP token was revoked"  # why its calls were aborted (``abort_reason``)
 PREFIX = "cbmcp_"
 SHOWN = len(PREFIX) + 6  # characters kept in the clear: enough to tell tokens apart
 LAST_USED_EVERY = timedelta(minutes=1)  # ``last_used_at`` is written at most this often

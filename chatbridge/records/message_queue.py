@@ -7,11 +7,11 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from chatbridge.chat.models import Conversation, QueueEntry
 from chatbridge.conf import setting
 from chatbridge.engine.conversation import CommandRefused
 from chatbridge.engine.turns import QueuedMessage, queue_full
 from chatbridge.records import lean_sql
+from chatbridge.records.models import Conversation, QueueEntry
 from chatbridge.records.visitor_caps import (
     ADDRESS_QUEUE_LOCK,
     QUEUE_LOCK,

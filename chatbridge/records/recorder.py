@@ -24,7 +24,6 @@ from chatbridge.calls.journal import EntryKind, JournalEntry
 from chatbridge.calls.outcome import describe
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.calls.transports import HELD_BY_REQUEST
-from chatbridge.chat.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records import lean_sql, lease
 from chatbridge.records.call_notes import (
     MAX_LOG_LINES,
@@ -35,6 +34,7 @@ from chatbridge.records.call_notes import (
     take_progress,
 )
 from chatbridge.records.lease import WORKER_ID
+from chatbridge.records.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
 from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
 
 __all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]

@@ -18,8 +18,8 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, ElicitLink, JournalRecord, ToolSession
 from chatbridge.conf import setting
+from chatbridge.records.models import ACTIVE_STATUSES, ElicitLink, JournalRecord, ToolSession
 from chatbridge.records.periodic import Periodic
 
 __all__ = [

@@ -3,7 +3,7 @@ phase, the calls a conversation may resume, who owns a conversation.
 
 ``DjangoStore`` is also the engine's ``TurnLeases`` (``turn_leases``), ``MessageQueue``
 (``message_queue``) and ``VisitorLimits``; which workers are alive is
-``chatbridge.cluster.liveness``'s.
+``chatbridge.records.liveness``'s.
 """
 
 from __future__ import annotations
@@ -18,20 +18,6 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from chatbridge.calls.commitment import abort_requested
-from chatbridge.chat.models import (
-    ACTIVE_STATUSES,
-    Conversation,
-    Message,
-    QueueEntry,
-    ToolSession,
-)
-from chatbridge.cluster.liveness import (
-    HEARTBEAT_SECONDS,
-    HEARTBEAT_TTL,
-    beat,
-    forget_worker,
-    worker_alive,
-)
 from chatbridge.engine.conversation import (
     CommandRefused,
     OnRecord,
@@ -44,6 +30,20 @@ from chatbridge.engine.protocol import Phase
 from chatbridge.engine.turns import QueuedMessage
 from chatbridge.records import lean_sql, lease, message_queue, turn_leases
 from chatbridge.records.forks import Fork, fork_messages
+from chatbridge.records.liveness import (
+    HEARTBEAT_SECONDS,
+    HEARTBEAT_TTL,
+    beat,
+    forget_worker,
+    worker_alive,
+)
+from chatbridge.records.models import (
+    ACTIVE_STATUSES,
+    Conversation,
+    Message,
+    QueueEntry,
+    ToolSession,
+)
 from chatbridge.records.outage import db_call
 from chatbridge.records.turn_leases import LEASE_SECONDS
 from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
@@ -53,6 +53,7 @@ __all__ = [
     "HEARTBEAT_TTL",
     "LEASE_SECONDS",
     "DjangoStore",
+    "append_message",
     "beat",
     "forget_worker",
     "on_record",
@@ -72,7 +73,7 @@ def owner_key(user: Any, session_key: str | None) -> str | None:
     return f"session:{session_key}" if session_key else None
 
 
-def _append(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
+def append_message(conversation_id: str, message_id: str, message: dict[str, Any]) -> None:
     """Append ``message`` to the conversation, in a transaction: the writer's own (it gives
     every write that must fail alone a transaction or savepoint), else one of its own."""
     if transaction.get_connection().in_atomic_block:
@@ -244,9 +245,9 @@ class DjangoStore:
         if kept is not None:
             kept.append(read_back(message))
         if wait:
-            await write_now(_append, conversation_id, message_id, message)
+            await write_now(append_message, conversation_id, message_id, message)
         else:  # the writer's ordered lane: the next write or read that waits carries it
-            write_soon(_append, conversation_id, message_id, message)
+            write_soon(append_message, conversation_id, message_id, message)
 
     async def fork(
         self, conversation_id: str, message_id: str, *, edit: bool

@@ -11,10 +11,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chatbridge.chat.models import FINAL_PHASE, Conversation, QueueEntry, ToolSession
 from chatbridge.conf import setting
 from chatbridge.engine.conversation import too_many_running
 from chatbridge.records import lean_sql
+from chatbridge.records.models import FINAL_PHASE, Conversation, QueueEntry, ToolSession
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.records.visitor_caps import (
     ADDRESS_TURN_LOCK,

@@ -7,17 +7,15 @@ visit to an expired one while the question is open). The row keeps a hash of the
 the token: the token is an HMAC of the question and a nonce under the secret key, so asking the
 same question again (a replay, a restart) hands out the same link until it expires.
 
-``complete`` is what a plugin's page calls through ``UrlQuestion.complete``: it validates the
-answer with the key's model, marks the link used (compare-and-set, so two tabs cannot both
-pay) and hands ``Accept(content)`` to the call on the worker holding its lease
-(``chatbridge.records.lease``), never to a copy that lost it; a call that no live worker holds
-(the server restarting) finds the answer when it is resumed and asks again.
+``record_answer`` is the record's part of what a plugin's page calls through
+``UrlQuestion.complete`` (``chatbridge.cluster.page_answers``): it validates the answer with the
+key's model, marks the link used (compare-and-set, so two tabs cannot both pay) and reads which
+worker holds the call's lease (``chatbridge.records.lease``), in one transaction.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
 import secrets
@@ -40,21 +38,19 @@ from chatbridge.author.elicit import (
     result_to_dict,
     validate_result,
 )
-from chatbridge.author.exceptions import ElicitNotPending, LinkUnusable
+from chatbridge.author.exceptions import LinkUnusable
 from chatbridge.calls.links import OpenedLink
-from chatbridge.calls.manager import SessionManager
-from chatbridge.chat.models import ElicitLink, ToolSession
-from chatbridge.chat.registry import get_registry
-from chatbridge.cluster.peers import deliver_page_answer
 from chatbridge.conf import setting
-from chatbridge.records.lease import WORKER_ID, holder
+from chatbridge.installed_plugins import get_registry
+from chatbridge.records.lease import holder
+from chatbridge.records.models import ElicitLink, ToolSession
 from chatbridge.records.outage import db_call
 
 __all__ = [
     "DjangoUrlLinks",
     "answered",
-    "complete",
     "find",
+    "record_answer",
     "remember_origin",
     "renew",
     "token_hash",
@@ -215,12 +211,12 @@ def _why_not(pk: int) -> str:
     return "closed" if state["closed_at"] is not None else "expired"
 
 
-async def complete(
-    row: ElicitLink, manager: SessionManager, content: BaseModel | Mapping[str, Any]
-) -> None:
+async def record_answer(
+    row: ElicitLink, content: BaseModel | Mapping[str, Any]
+) -> tuple[ElicitResult[Any], str | None]:
     """A page is done with the link ``row`` (``find`` found it live when the page's request
-    came): validate, mark the link used, deliver ``Accept(content)`` to the call (held by
-    ``manager`` or by another worker)."""
+    came): validate ``Accept(content)``, mark the link used, and say which worker holds the
+    call (``deliver`` in ``chatbridge.cluster.page_answers`` wakes it)."""
     plugin = get_registry().get(row.tool_name)
     model = plugin.tool.elicits.get(row.key) if plugin is not None else None
     if model is None:
@@ -233,7 +229,7 @@ async def complete(
     )
     commits = row.key in plugin.tool.commitments if plugin is not None else False
     held_by = await sync_to_async(_mark_completed)(row, result_to_dict(answer), commits)
-    await deliver(manager, row.call_id, row.elicit_id, answer, holder=held_by)
+    return answer, held_by
 
 
 def _renew(token: str, owner: str) -> str | None:
@@ -263,27 +259,3 @@ async def renew(token: str, owner: str | None) -> str | None:
     if owner is None:
         return None
     return await sync_to_async(_renew)(token, owner)
-
-
-async def deliver(
-    manager: SessionManager,
-    call_id: str,
-    elicit_id: str,
-    answer: ElicitResult[Any],
-    *,
-    holder: str | None,
-) -> bool:
-    """Hand a page's answer to the call here (``manager``'s) or on the worker ``holder``
-    (the call's lease, read as the answer was recorded: ``None`` for a call with no row);
-    False if that worker does not have it now (it finds the answer on record when it asks
-    again)."""
-    if holder is None or holder == WORKER_ID:  # no row: a call kept in memory, only here
-        session = manager.get(call_id)
-        if session is not None:
-            with contextlib.suppress(ElicitNotPending):
-                await session.respond_to_elicit(elicit_id, answer, by_page=True)
-                return True
-        return False
-    if not holder:
-        return False
-    return await deliver_page_answer(call_id, elicit_id, result_to_dict(answer), worker=holder)

@@ -12,10 +12,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession
 from chatbridge.chat.operations import abort_tool_session
 from chatbridge.conf import setting
 from chatbridge.records import retention
+from chatbridge.records.models import ACTIVE_STATUSES, ToolSession
 
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 

@@ -2,7 +2,7 @@
 
 Sockets of this process get each event as it is, at once (``attach``/``detach``): no channel
 layer, no copy, no encoding and decoding on the way. Each other worker that shows the
-conversation (``chatbridge.chat.viewers``) gets it once, at its listener, which hands it to its
+conversation (``chatbridge.cluster.viewers``) gets it once, at its listener, which hands it to its
 sockets (``deliver_here``). While no other worker shows it, nothing is sent through the layer;
 the in-memory channel layer has no other processes, so nothing ever is.
 
@@ -25,7 +25,8 @@ from asgiref.sync import sync_to_async
 from channels.exceptions import ChannelFull
 from django.db import DatabaseError
 
-from chatbridge.chat.viewers import (
+from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing
+from chatbridge.cluster.viewers import (
     ACK_WAIT,
     VIEWERS_GROUP,
     awaiting_acks,
@@ -38,9 +39,8 @@ from chatbridge.chat.viewers import (
     unacknowledged,
     until_settled,
 )
-from chatbridge.cluster.liveness import beat, live_workers
-from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing
 from chatbridge.engine.protocol import ChatEvent
+from chatbridge.records.liveness import beat, live_workers
 from chatbridge.records.recorder import WORKER_ID
 
 __all__ = [

@@ -12,7 +12,7 @@ from django.db import DatabaseError
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from chatbridge.chat.models import ACTIVE_STATUSES, ToolSession, WorkerHeartbeat
+from chatbridge.records.models import ACTIVE_STATUSES, ToolSession, WorkerHeartbeat
 from chatbridge.records.outage import away_within, note_away
 from chatbridge.records.recorder import WORKER_ID
 

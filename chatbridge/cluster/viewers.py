@@ -1,7 +1,7 @@
 """Which other workers show a conversation: where its events go beyond this process.
 
 A worker's sockets get the events of their own process straight away
-(``chatbridge.chat.broadcast``). An event of a conversation that other workers show too crosses
+(``chatbridge.cluster.broadcast``). An event of a conversation that other workers show too crosses
 the channel layer once for each of them, to that worker's listener
 (``chatbridge.cluster.listener``), which hands it to its sockets. While no other worker
 shows a conversation, nothing of it is sent through the layer at all.
