@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs messages pytest test-fast fuzz race chaos bench bench-quick clean
+.PHONY: run serve test setup browser npm-clients migrate static lint typecheck docs messages pytest pytest-fast test-fast fuzz race chaos bench bench-quick clean
 
 # The pinned tools and app (requirements.txt includes requirements-app.txt), then ChatBridge
 # itself installed as a package (editable), as a project that uses it installs it.
@@ -95,15 +95,21 @@ pytest: setup browser npm-clients
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
-# The installs are independent (pip, npm, apt): they run side by side, then the checks.
+# The installs are independent (pip, npm, apt): they run side by side, then the checks, side
+# by side too (lint, types and the docs fill what the test workers leave of the cores); each
+# one's output is shown whole when it ends, and any failure fails the run.
 test:
 	@$(MAKE) --no-print-directory -j3 setup npm-clients browser
-	@$(MAKE) --no-print-directory lint typecheck docs pytest
+	@$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck docs pytest
 
 # The inner loop (under a minute here): lint, types, and the tests that need no server
-# process, browser or service (pytest -m "not slow and not browser and not services").
-test-fast: lint typecheck
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services" -q $(PYTEST_ARGS); \
+# process, browser or service, and assert no time bound (pytest -m "not slow and not browser
+# and not services and not budget"), side by side.
+test-fast: setup
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
+
+pytest-fast: setup
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services and not budget" -q $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).

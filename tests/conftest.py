@@ -19,6 +19,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+import pytest_asyncio  # noqa: E402
 from channels.layers import channel_layers  # noqa: E402
 from playwright.async_api import Browser, async_playwright  # noqa: E402
 
@@ -107,8 +108,11 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Production]
         stop(server.proc)
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def chromium() -> AsyncIterator[Browser]:
+    """One chromium per pytest process (a launch costs seconds of CPU): the browser tests run
+    in the session's event loop (``pytest_collection_modifyitems``), each in contexts of its
+    own (``browser``)."""
     executable = shutil.which("chromium")
     if executable is None:
         message = "chromium is not installed (make test installs it when run as root)"
@@ -119,6 +123,17 @@ async def browser() -> AsyncIterator[Browser]:
         launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched
         await launched.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def browser(chromium: Browser) -> AsyncIterator[Browser]:
+    """The process's chromium, as a test sees it: whatever contexts and pages the test opens
+    (``new_page`` opens a context of its own) are closed when it ends, so the next test
+    starts with none: no cookie, storage or page of another test."""
+    assert chromium.is_connected(), "chromium went away during an earlier test"
+    yield chromium
+    for context in list(chromium.contexts):
+        await context.close()
 
 
 # Tests that start server processes or node clients (each takes seconds): `slow`, so
@@ -161,6 +176,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
+            # In the loop the shared chromium was launched in (its objects belong to it).
+            item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
         if item.path.stem in PROCESS_MODULES or fixtures & PROCESS_FIXTURES:
             item.add_marker(pytest.mark.slow)
 
@@ -188,11 +205,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Servers a failed test left running are stopped (and named: a test that leaves one is to
     be mended); a parallel worker hands what the reliability suite counted to the main process."""
     from tests.reliability import COUNTS
-    from tests.servers import stop_leftovers, template_folder
+    from tests.servers import drop_postgres_template, stop_leftovers, template_folder
 
     for server in stop_leftovers():
         print(f"\nstopped a server a test left running: {server}", file=sys.stderr)
     if not hasattr(session.config, "workerinput"):
+        try:
+            drop_postgres_template(
+                *os.environ.get("CHATBRIDGE_TEST_PG", "127.0.0.1:5432").split(":")
+            )
+        except Exception as exc:  # noqa: BLE001 (PostgreSQL gone by now: say so, end the run)
+            print(f"\nthe run's PostgreSQL template was not dropped: {exc}", file=sys.stderr)
         shutil.rmtree(template_folder(), ignore_errors=True)
 
     output = getattr(session.config, "workeroutput", None)

@@ -140,6 +140,75 @@ def migrated_template(settings: str = "chatbridge.settings") -> Path:
     return template
 
 
+def postgres_template(host: str, port: str) -> str:
+    """The name of a PostgreSQL database migrated by ``manage.py migrate`` with the demo
+    settings, with the staff user ``ops`` (password ``DJANGO_SUPERUSER_PASSWORD``'s
+    ``pw-123456``): made once per test run, shared by its workers, dropped when the run ends
+    (``drop_postgres_template``). ``CREATE DATABASE … TEMPLATE`` copies it in a moment."""
+    import psycopg
+
+    name = _postgres_template_name()
+    folder = template_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    admin = f"postgresql://postgres@{host}:{port}/postgres"
+    with (folder / "postgres.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / "postgres.made").exists():
+            return name
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
+            "DATABASE_URL": f"postgres://postgres@{host}:{port}/{name}",
+            "DJANGO_SUPERUSER_PASSWORD": "pw-123456",
+        }
+        for command in (
+            ["migrate", "--noinput", "-v0"],
+            ["createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.invalid"],
+        ):
+            subprocess.run(
+                [sys.executable, "manage.py", *command],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                timeout=120,
+                capture_output=True,
+            )
+        (folder / "postgres.made").touch()
+    return name
+
+
+def postgres_copy(name: str, host: str, port: str) -> None:
+    """A new PostgreSQL database ``name``, a copy of the run's migrated template. Copies are
+    made one at a time: PostgreSQL refuses to copy a database another session is reading."""
+    import psycopg
+
+    template = postgres_template(host, port)
+    with (template_folder() / "postgres.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        admin = f"postgresql://postgres@{host}:{port}/postgres"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+
+
+def drop_postgres_template(host: str, port: str) -> None:
+    """Drop the run's PostgreSQL template, if it made one."""
+    if not (template_folder() / "postgres.made").exists():
+        return
+    import psycopg
+
+    admin = f"postgresql://postgres@{host}:{port}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{_postgres_template_name()}" WITH (FORCE)')
+
+
+def _postgres_template_name() -> str:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    return f"chatbridge_template_{run[:16]}"
+
+
 def superuser(database: Path, prefix: str = "ops") -> tuple[str, str]:
     """A new superuser in the served ``database`` (by ``manage.py createsuperuser``, as an
     operator makes one): its name and password."""

@@ -119,6 +119,7 @@ def arguments(reply: Reply) -> dict[str, Any]:
     return call.arguments
 
 
+@pytest.mark.budget
 def test_a_long_run_of_spaces_after_a_separator_is_read_quickly() -> None:
     text = "book flight origin:" + " " * 700 + "a\nb"
     seconds, _ = timed([user(text)], [BOOK_FLIGHT], enough=BUDGET)
@@ -129,6 +130,7 @@ def test_a_long_run_of_spaces_after_a_separator_is_read_quickly() -> None:
 # expressions took for the same text: measured, or for the cubic ones measured on a shorter text.
 
 
+@pytest.mark.budget
 def test_spaces_after_a_colon_up_to_the_limit_are_quick_and_the_value_ends_at_the_line() -> None:
     # The regular expressions: 1,699 s (28 minutes) of CPU; cubic (1.7 s for 400 spaces).
     reply = quick(fill("book flight origin:", " ", "a\nb"), [BOOK_FLIGHT])
@@ -137,18 +139,21 @@ def test_spaces_after_a_colon_up_to_the_limit_are_quick_and_the_value_ends_at_th
     assert arguments(quick(text, [BOOK_FLIGHT])) == {"origin": "ORD", "destination": "LAX"}
 
 
+@pytest.mark.budget
 def test_spaces_after_is_up_to_the_limit_are_quick() -> None:
     # Cubic: 26 s for 1,000 characters, so about 28 minutes for 4,000.
     reply = quick(fill("book flight origin is", " ", "a\nb"), [BOOK_FLIGHT])
     assert "I need the destination." in reply.text
 
 
+@pytest.mark.budget
 def test_tabs_and_unicode_spaces_after_a_separator_are_quick() -> None:
     # Cubic: 1.4 s for 424 characters, so about 20 minutes for 4,000.
     text = fill("book flight destination =", "\t\u00a0\u2003\u3000 \x0b", "a\nb")
     assert "I need the origin." in quick(text, [BOOK_FLIGHT]).text
 
 
+@pytest.mark.budget
 def test_many_separators_then_a_long_run_of_spaces_are_quick() -> None:
     # Cubic: 174 s.
     head = "book flight " + "origin: " * 120 + "x"
@@ -157,18 +162,21 @@ def test_many_separators_then_a_long_run_of_spaces_are_quick() -> None:
     assert reply.text.startswith("I can book flight for you, but I need the destination.")
 
 
+@pytest.mark.budget
 def test_many_froms_then_a_long_run_of_spaces_are_quick() -> None:
     # Cubic: 6.5 s; every "from" searched the whole run for " to ".
     reply = quick(fill("book flight " + "from " * 260 + "x", " ", "y"), [BOOK_FLIGHT])
     assert "I need the origin and destination." in reply.text
 
 
+@pytest.mark.budget
 def test_a_long_run_of_spaces_in_the_destination_is_quick() -> None:
     # Quadratic: 0.64 s; each space looked ahead over the rest of the run for a stop word.
     text = fill("book flight from a to b", " ", "c")
     assert arguments(quick(text, [BOOK_FLIGHT])) == {"origin": "a", "destination": "b c"}
 
 
+@pytest.mark.budget
 def test_long_runs_of_spaces_around_to_are_quick() -> None:
     # Quadratic: 0.07 s.
     text = "book flight from a" + " " * 1990 + "to"
@@ -176,6 +184,7 @@ def test_long_runs_of_spaces_around_to_are_quick() -> None:
     assert "I need the origin and destination." in quick(text, [BOOK_FLIGHT]).text
 
 
+@pytest.mark.budget
 def test_repeated_name_value_pairs_without_an_end_are_quick() -> None:
     # Quadratic: 0.18 s; each "origin:" read on to the line break.
     text = fill("book flight ", "origin: a ", "\nb")
@@ -183,6 +192,7 @@ def test_repeated_name_value_pairs_without_an_end_are_quick() -> None:
     assert "I need the destination." in reply.text
 
 
+@pytest.mark.budget
 def test_repeated_from_and_to_are_quick() -> None:
     # Quadratic, but within the budget: 0.03 s.
     assert "I need the" in quick(fill("book flight ", "from "), [BOOK_FLIGHT]).text
@@ -190,6 +200,7 @@ def test_repeated_from_and_to_are_quick() -> None:
     assert arguments(reply)["origin"] == "a"
 
 
+@pytest.mark.budget
 def test_a_label_with_spaces_and_keyword_parameters_are_quick() -> None:
     # Cubic: 0.9 s for 428 characters, so about 12 minutes for 4,000.
     for head in ("plan trip departure date:", "plan trip to =", "plan trip is is", "plan trip for"):
@@ -199,6 +210,7 @@ def test_a_label_with_spaces_and_keyword_parameters_are_quick() -> None:
     assert reply.tool_calls[0].arguments == {"travellers": 3, "window_seat": True, "for": "to"}
 
 
+@pytest.mark.budget
 def test_sampling_hostile_prompts_is_quick() -> None:
     # These expressions were linear already; the rewrite must keep them so.
     for text in (
@@ -214,6 +226,7 @@ def test_sampling_hostile_prompts_is_quick() -> None:
         quick(text, TOOLS)
 
 
+@pytest.mark.budget
 def test_a_message_that_names_every_tool_is_quick() -> None:
     quick(fill(ALL_TOOL_NAMES, "from origin: is = to "), TOOLS)
     quick(fill(ALL_TOOL_NAMES, " "), TOOLS)
@@ -277,6 +290,7 @@ fuzz = settings(
 )
 
 
+@pytest.mark.budget
 @fuzz
 @given(hostile_text)
 def test_any_message_gets_a_reply_within_the_budget(text: str) -> None:
@@ -286,6 +300,7 @@ def test_any_message_gets_a_reply_within_the_budget(text: str) -> None:
             json.dumps(call.arguments)  # what the offline provider sends on
 
 
+@pytest.mark.budget
 @fuzz
 @given(hostile_text, st.sampled_from(["", "One short tip ", "Summarise: ", "Summarize this "]))
 def test_any_prompt_is_sampled_within_the_budget(text: str, ask: str) -> None:
@@ -293,6 +308,7 @@ def test_any_prompt_is_sampled_within_the_budget(text: str, ask: str) -> None:
     assert reply.text and not reply.tool_calls
 
 
+@pytest.mark.budget
 def test_text_ten_times_the_limit_takes_about_ten_times_as_long() -> None:
     # Sampling prompts come from tools, not from the composer: nothing limits their size.
     many = 10 * MAX_USER_MESSAGE
@@ -326,6 +342,7 @@ def conversation(rounds: int, text: str) -> list[dict[str, Any]]:
     return messages
 
 
+@pytest.mark.budget
 @pytest.mark.parametrize(
     "last",
     [

@@ -6,8 +6,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +15,7 @@ import pytest
 
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat
-from tests.servers import ROOT, free_port, start_daphne, stop
+from tests.servers import free_port, postgres_copy, start_daphne, stop
 from tests.test_services import PG_HOST, PG_PORT, REDIS_HOST, REDIS_PORT, require
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -42,8 +40,7 @@ def cluster_database(redis_url: str) -> Iterator[dict[str, str]]:
 
     name = f"chatbridge_cluster_{uuid.uuid4().hex[:10]}"
     admin = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    postgres_copy(name, PG_HOST, PG_PORT)  # migrated, with the staff user ops
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
@@ -55,18 +52,6 @@ def cluster_database(redis_url: str) -> Iterator[dict[str, str]]:
         "CHATBRIDGE_SOCKETS_PER_VISITOR": "200",
     }
     try:
-        for command in (
-            ["migrate", "--noinput", "-v0"],
-            ["createsuperuser", "--noinput", "--username", "ops", "--email", "o@x.invalid"],
-        ):
-            subprocess.run(
-                [sys.executable, "manage.py", *command],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                timeout=120,
-                capture_output=True,
-            )
         yield env
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:

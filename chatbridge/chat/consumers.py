@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import parse_qs
 
 from channels.exceptions import StopConsumer
@@ -33,6 +33,7 @@ from chatbridge.engine.protocol import (
     Abort,
     Approve,
     ChatEvent,
+    Command,
     Deny,
     EditMessage,
     ElicitResponseCommand,
@@ -301,35 +302,37 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             )
             await self.refuse("INTERNAL_ERROR", "That did not work because of a server error.")
 
-    async def dispatch_command(self, command: Any) -> None:
+    async def dispatch_command(self, command: Command) -> None:
         hub = current_runtime().hub
-        if isinstance(command, UserMessageCommand):
-            await hub.user_message(
-                self.conversation_id,
-                command.text.strip() or command.text,
-                client_id=command.client_id,
-                queue=command.queue,
-                address=self.seat.network,
-            )
-        elif isinstance(command, ElicitResponseCommand):
-            await hub.elicit_response(self.conversation_id, command)
-        elif isinstance(command, Abort):
-            await hub.abort(self.conversation_id, command.session_id, command.reason)
-        elif isinstance(command, Approve):
-            await hub.decide(self.conversation_id, command.call_id, True)
-        elif isinstance(command, Deny):
-            await hub.decide(self.conversation_id, command.call_id, False, command.reason)
-        elif isinstance(command, Stop):
-            await hub.stop(self.conversation_id)
-        elif isinstance(command, EditMessage):
-            text = command.text.strip() or command.text
-            await hub.edit_message(
-                self.conversation_id, command.message_id, text, address=self.seat.network
-            )
-        elif isinstance(command, Regenerate):
-            await hub.regenerate(
-                self.conversation_id, command.message_id, address=self.seat.network
-            )
+        conversation = self.conversation_id
+        match command:
+            case UserMessageCommand():
+                await hub.user_message(
+                    conversation,
+                    command.text.strip() or command.text,
+                    client_id=command.client_id,
+                    queue=command.queue,
+                    address=self.seat.network,
+                )
+            case ElicitResponseCommand():
+                await hub.elicit_response(conversation, command)
+            case Abort():
+                await hub.abort(conversation, command.session_id, command.reason)
+            case Approve():
+                await hub.decide(conversation, command.call_id, True)
+            case Deny():
+                await hub.decide(conversation, command.call_id, False, command.reason)
+            case Stop():
+                await hub.stop(conversation)
+            case EditMessage():
+                text = command.text.strip() or command.text
+                await hub.edit_message(
+                    conversation, command.message_id, text, address=self.seat.network
+                )
+            case Regenerate():
+                await hub.regenerate(conversation, command.message_id, address=self.seat.network)
+            case _:
+                assert_never(command)
 
     async def refuse(self, code: RefusalCode, message: str) -> None:
         await self.send_event(ErrorEvent(code=code, message=message))

@@ -8,19 +8,20 @@ it can show a user. The one failure written for the caller is a bad set of argum
 
 from __future__ import annotations
 
+from chatbridge.author.exceptions import InvalidToolParams
+
 __all__ = ["UNEXPECTED", "public_error", "public_failure"]
 
 UNEXPECTED = "The tool failed unexpectedly. The server logged the details for its operators."
-_CALLERS_FAULT = "InvalidToolParams: "
+# The one failure written for its caller, by its type (``Failed.error_type``, or the exception).
+_CALLERS_FAULT = InvalidToolParams.__name__
 
 
-def public_failure(error: str) -> str:
-    """The client's text for a failed call whose ``FailedEvent.error`` is ``error``."""
-    if error.startswith(_CALLERS_FAULT):
-        return error.removeprefix(_CALLERS_FAULT)
-    return UNEXPECTED
+def public_failure(error_type: str, message: str) -> str:
+    """The client's text for a call that failed with ``error_type`` and ``message``."""
+    return message if error_type == _CALLERS_FAULT else UNEXPECTED
 
 
 def public_error(exc: Exception) -> str:
     """The client's text for ``exc``, raised while starting or running a call."""
-    return public_failure(f"{type(exc).__name__}: {exc}")
+    return str(exc) if isinstance(exc, InvalidToolParams) else UNEXPECTED

@@ -124,7 +124,7 @@ def _result(outcome: Outcome) -> types.CallToolResult:
         case Failed(refused=RefusedAnswers()):  # written for the client: how often, and why
             return error_of(outcome.message)
         case Failed():
-            return error_of(public_failure(outcome.error))
+            return error_of(public_failure(outcome.error_type, outcome.message))
         case Denied():
             said = f": {outcome.reason}" if outcome.reason else "."
             return error_of(f"The user denied this tool call{said}")
