@@ -72,8 +72,6 @@ class ChatBridgeRuntime:
 
     def __init__(self, *, drain_grace: float = 2.0, listen: bool = True) -> None:
         # Imported here: building the parts needs Django's apps ready (models, templates).
-        from django.utils.module_loading import import_string
-
         from chatbridge.author.sampling import LiteLLMSampler
         from chatbridge.calls.manager import SessionManager
         from chatbridge.cluster.broadcast import publish
@@ -112,7 +110,7 @@ class ChatBridgeRuntime:
             queue=store,  # messages sent while a turn runs wait on record
             limits=store,  # caps per visitor, counted across workers
             sink=publish,
-            render_form=import_string(setting("CHATBRIDGE_FORM_RENDERER")),
+            render_form=_form_renderer(),
             model=setting("CHATBRIDGE_MODEL"),
             peers=ChannelPeers(),
         )
@@ -222,6 +220,21 @@ class ChatBridgeRuntime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _form_renderer() -> Any:
+    """What draws a question's card in the chat: ``CHATBRIDGE_FORM_RENDERER``'s function."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    path = setting("CHATBRIDGE_FORM_RENDERER")
+    try:
+        return import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"CHATBRIDGE_FORM_RENDERER = {path!r} cannot be imported ({exc}); it names the "
+            "function that draws a question's card, like chatbridge.chat.rendering.render_form."
+        ) from exc
 
 
 def lifespan(app: ASGIApp, factory: Callable[[], ChatBridgeRuntime]) -> ASGIApp:
