@@ -25,11 +25,14 @@ import logging
 import sys
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
 from chatbridge.calls.transports import HELD_BY_REQUEST  # see ``_end_calls_held_by_requests``
 from chatbridge.conf import setting
+
+if TYPE_CHECKING:
+    from chatbridge.engine.forms import FormRenderer
 
 __all__ = [
     "READY_PATH",
@@ -222,19 +225,20 @@ class ChatBridgeRuntime:
         await self.aclose()
 
 
-def _form_renderer() -> Any:
+def _form_renderer() -> FormRenderer:
     """What draws a question's card in the chat: ``CHATBRIDGE_FORM_RENDERER``'s function."""
     from django.core.exceptions import ImproperlyConfigured
     from django.utils.module_loading import import_string
 
     path = setting("CHATBRIDGE_FORM_RENDERER")
     try:
-        return import_string(path)
+        renderer: FormRenderer = import_string(path)
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"CHATBRIDGE_FORM_RENDERER = {path!r} cannot be imported ({exc}); it names the "
             "function that draws a question's card, like chatbridge.chat.rendering.render_form."
         ) from exc
+    return renderer
 
 
 def lifespan(app: ASGIApp, factory: Callable[[], ChatBridgeRuntime]) -> ASGIApp:

@@ -210,11 +210,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for server in stop_leftovers():
         print(f"\nstopped a server a test left running: {server}", file=sys.stderr)
     if not hasattr(session.config, "workerinput"):
+        host, port = os.environ.get("CHATBRIDGE_TEST_PG", "127.0.0.1:5432").split(":")
         try:
-            drop_postgres_template(
-                *os.environ.get("CHATBRIDGE_TEST_PG", "127.0.0.1:5432").split(":")
-            )
-        except Exception as exc:  # noqa: BLE001 (PostgreSQL gone by now: say so, end the run)
+            drop_postgres_template(host, port)
+        except Exception as exc:  # PostgreSQL gone by now: say so, and end the run
             print(f"\nthe run's PostgreSQL template was not dropped: {exc}", file=sys.stderr)
         shutil.rmtree(template_folder(), ignore_errors=True)
 
