@@ -61,7 +61,8 @@ logger = logging.getLogger("chatbridge.mcp")
 CHUNK = 256 * 1024  # a response body travels in pieces of at most this many bytes
 BACKLOG = 4 * CHUNK  # the holder's app waits while this much of its answer waits to travel
 # Seconds a piece of the answer waits for the next before it travels (unless it is the last):
-# a response's start and its body, an event and the end of its stream, go in one message.
+# a response's start and its body, an event and the end of its stream, go in one message. An
+# answer complete sooner travels at once. A holder descheduled past it sends the rest apart.
 LINGER = 0.005
 # Seconds a relayed request rides out its channel layer failing (Redis restarting): what is to
 # travel waits and is sent when it is back; a layer away longer ends the request.
@@ -270,7 +271,7 @@ class Outbox:
         self.failed: Exception | None = None
         self._parts: list[Start | Body | End] = []
         self._last: Start | Body | End | None = None  # the last part put
-        self._wake, self._room = asyncio.Event(), asyncio.Event()
+        self._wake, self._room, self._ended = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
 
@@ -278,6 +279,8 @@ class Outbox:
         for part in parts:
             self._parts.append(part)
             self._last = part
+            if _final(part):
+                self._ended.set()
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run())
@@ -305,7 +308,9 @@ class Outbox:
                 await self._wake.wait()
                 self._wake.clear()
                 if self._parts and not _final(self._parts[-1]):
-                    await asyncio.sleep(LINGER)  # what the app sends next goes along
+                    # what the app sends next goes along; a complete answer goes at once
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._ended.wait(), LINGER)
                 while self._parts:
                     size, count = 0, 0
                     for part in self._parts:
