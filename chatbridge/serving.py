@@ -80,11 +80,15 @@ def get_asgi_application(*, websocket_urlpatterns: Sequence[Any] = ()) -> ASGIAp
     from chatbridge.chat.routing import websocket_urlpatterns as chat_routes
     from chatbridge.conf import setting
     from chatbridge.forwarded import trusted_networks, use_forwarded_client
+    from chatbridge.llm.offline import is_offline
     from chatbridge.mcp.resource import METADATA_PATHS
     from chatbridge.origins import SameOriginValidator
     from chatbridge.runtime import ChatBridgeRuntime, current_runtime, daphne_hooks, lifespan
 
-    threading.Thread(target=_import_litellm, name="chatbridge-litellm-import", daemon=True).start()
+    if not is_offline(setting("CHATBRIDGE_MODEL")):  # the offline model needs no litellm
+        threading.Thread(
+            target=_import_litellm, name="chatbridge-litellm-import", daemon=True
+        ).start()
     for problem in static_files_collected():  # pages would fail: say why, once, at start-up
         logger.error("%s %s", problem.msg, problem.hint)
     trusted_networks(tuple(setting("CHATBRIDGE_TRUSTED_PROXIES")))  # a mistake stops the start

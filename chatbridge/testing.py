@@ -34,7 +34,7 @@ from chatbridge.author.tools import McpTool
 from chatbridge.calls.drive import EndEvent, Pause, drive
 from chatbridge.calls.events import CompletedEvent, FailedEvent, LogEvent, ProgressEvent
 from chatbridge.calls.manager import SessionManager
-from chatbridge.llm import litellm_module
+from chatbridge.llm import is_offline, litellm_module
 
 __all__ = ["ToolRun", "UnexpectedQuestion", "run_tool"]
 
@@ -112,9 +112,11 @@ async def run_tool(
     if tool.needs_approval:
         scripts.setdefault(APPROVAL_KEY, [{"approve": approve}])
     run = ToolRun()
-    # litellm is imported on a process's first sample: seconds (4 here, more on a loaded
-    # machine), which are the process's, not the tool's. Paid before ``timeout`` counts.
-    litellm_module(model)
+    # litellm (for any model but the offline one) is imported on a process's first sample:
+    # seconds (4 here, more on a loaded machine), the process's, not the tool's. Paid before
+    # ``timeout`` counts.
+    if not is_offline(model):
+        litellm_module(model)
     manager = SessionManager(sampler=LiteLLMSampler(model), idle_timeout=None)
     session = await manager.create(tool, params if params is not None else {}, call_id="test-call")
     try:

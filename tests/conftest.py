@@ -49,7 +49,7 @@ def django_db_modify_db_settings_xdist_suffix(request: pytest.FixtureRequest) ->
 
 @pytest.fixture
 async def manager() -> AsyncIterator[SessionManager]:
-    """A manager sampling through litellm's offline provider; every session ends with the test."""
+    """A manager sampling the offline model; every session ends with the test."""
     mgr = SessionManager(sampler=LiteLLMSampler("offline/test"), url_links=MemoryUrlLinks())
     yield mgr
     await mgr.shutdown("test finished")

@@ -54,7 +54,7 @@ async def say(page: Page, text: str, replies: int) -> None:
     await composer(page).press("Enter")
     await expect(page.locator("#transcript article.msg.assistant")).to_have_count(
         replies,
-        timeout=30000,  # the first reply imports litellm: slow on a busy machine
+        timeout=30000,  # a busy machine's first page and reply
     )
 
 

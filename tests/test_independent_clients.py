@@ -361,11 +361,17 @@ def inspector(home: Path, *calls: list[str], timeout: float = 60) -> list[dict[s
         for args in calls
     ]
     results = []
-    for proc in running:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        out = stdout.strip() or stderr.strip().rpartition("\n")[2]
-        assert out.startswith("{"), f"the Inspector printed no JSON:\n{stdout}\n{stderr}"
-        results.append({"rc": proc.returncode, **json.loads(out)})
+    try:
+        for proc in running:
+            stdout, stderr = proc.communicate(timeout=timeout)
+            out = stdout.strip() or stderr.strip().rpartition("\n")[2]
+            assert out.startswith("{"), f"the Inspector printed no JSON:\n{stdout}\n{stderr}"
+            results.append({"rc": proc.returncode, **json.loads(out)})
+    finally:  # one failing leaves no other running (nor its pipes open) for a later test
+        for proc in running:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
     return results
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -272,3 +273,73 @@ async def test_a_failing_provider_becomes_a_sampling_error() -> None:
         SamplingError, match="Sampling with model 'nonexistent-provider-xyz/model' failed"
     ):
         await sampler(SampleRequest.build("hi"))
+
+
+CONVERSATIONS = [
+    [user("Book a flight from JFK to LAX on 2026-12-24")],
+    [user("hello")],
+    [user("Ich möchte einen Flug von Boston nach Chicago")],
+    [
+        user("book a flight from JFK to LAX"),
+        *tool_turn("c1", {"origin": "JFK"}, '{"booked": true, "ticket": "TKT-1"}'),
+    ],
+    [user("book a flight"), *tool_turn("c2", {}, LOST)],
+]
+
+
+@pytest.mark.parametrize("messages", CONVERSATIONS, ids=range(len(CONVERSATIONS)))
+async def test_the_app_s_offline_path_answers_as_litellm_s_provider_does(
+    messages: list[dict[str, Any]],
+) -> None:
+    """ChatBridge answers the offline model without litellm (a worker's start and its first
+    reply do not wait for litellm's import); what it streams and assembles is what the same
+    model streams through litellm: the same pieces, text and tool calls."""
+    from chatbridge.engine.completion import Completion, stream_completion
+
+    deltas, message = await stream(messages)
+    direct = Completion()
+    pieces = [p async for p in stream_completion("offline/test", messages, TOOLS, direct)]
+    assert pieces == deltas
+    assert direct.text == (message.content or "")
+    assert [(c.name, json.loads(c.arguments)) for c in direct.tool_calls] == [
+        (c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or ()
+    ]
+    assert all(c.id.startswith("call_") for c in direct.tool_calls)  # ids are each call's own
+
+
+async def test_sampling_the_offline_model_answers_as_through_litellm() -> None:
+    request = SampleRequest.build("One short travel tip for LAX airport.", max_tokens=6)
+    direct = await LiteLLMSampler("offline/test")(request)
+    response = await litellm_module("offline/test").acompletion(
+        model="offline/test", messages=request.messages, max_tokens=6
+    )
+    assert direct.text == response.choices[0].message.content
+    assert direct.usage == {
+        k: getattr(response.usage, k)
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+
+
+def test_a_server_with_the_offline_model_never_imports_litellm(tmp_path: Any) -> None:
+    """A fresh interpreter builds the site's ASGI app and books through the offline model's
+    reply path: litellm is not imported (it costs a worker seconds of CPU at start)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, asyncio\n"
+        "from chatbridge.asgi import application\n"
+        "from chatbridge.engine.completion import Completion, stream_completion\n"
+        "async def main():\n"
+        "    done = Completion()\n"
+        "    said = [{'role': 'user', 'content': 'book a flight from JFK to LAX'}]\n"
+        "    [p async for p in stream_completion('offline/chatbridge-1', said, [], done)]\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'litellm'))\n"
+    )
+    env = {**os.environ, "CHATBRIDGE_MODEL": "offline/chatbridge-1"}
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip().splitlines()[-1] == "[]"

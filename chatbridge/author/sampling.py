@@ -88,9 +88,12 @@ class LiteLLMSampler:
         self.options = options
 
     async def __call__(self, request: SampleRequest) -> SampleResult:
-        from chatbridge.llm import litellm_module  # imported lazily: litellm takes seconds
+        from chatbridge.llm import is_offline, litellm_module, offline
 
-        litellm = litellm_module(self.model)
+        if is_offline(self.model):  # what litellm's offline provider answers, without litellm
+            answer = offline.reply(request.messages, None, request.max_tokens)
+            return SampleResult(answer.text, self.model, offline.usage(request.messages, answer))
+        litellm = litellm_module(self.model)  # imported lazily: litellm takes seconds
         kwargs: dict[str, Any] = dict(self.options)
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens

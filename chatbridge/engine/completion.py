@@ -1,7 +1,9 @@
-"""Streaming chat completions through litellm: text deltas as they come, then the message."""
+"""Streaming chat completions through litellm (the offline model answers directly): text deltas
+as they come, then the message."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,8 +48,18 @@ async def stream_completion(
     result: Completion,
 ) -> AsyncIterator[str]:
     """Yield text deltas; when the iterator ends, ``result`` holds the whole reply."""
-    from chatbridge.llm import litellm_module
+    from chatbridge.llm import is_offline, litellm_module, offline
 
+    if is_offline(model):  # the same reply litellm's offline provider streams, without litellm
+        answer = offline.reply(messages, tools)
+        async for piece in offline.text_deltas(answer):
+            yield piece
+        result.text = answer.text
+        result.tool_calls = [
+            ToolCallRequest(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
+            for c in answer.tool_calls
+        ]
+        return
     litellm = litellm_module(model)
     kwargs: dict[str, Any] = {"tools": list(tools)} if tools else {}
     stream = await litellm.acompletion(model=model, messages=list(messages), stream=True, **kwargs)

@@ -1,7 +1,9 @@
 """LLM access for ChatBridge: litellm, with the offline model registered as ``offline/...``.
 
 ``litellm`` is imported lazily (it takes seconds) and only after
-``LITELLM_LOCAL_MODEL_COST_MAP`` is set, so it never reaches for the network at import.
+``LITELLM_LOCAL_MODEL_COST_MAP`` is set, so it never reaches for the network at import. The
+offline model needs none of it (``chatbridge.llm.offline``): a server configured with it never
+imports litellm unless some code asks for it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ import os
 import threading
 from types import ModuleType
 
-__all__ = ["OFFLINE_PROVIDER", "litellm_module"]
+from chatbridge.llm.offline import OFFLINE_PROVIDER, is_offline
 
-OFFLINE_PROVIDER = "offline"
+__all__ = ["OFFLINE_PROVIDER", "is_offline", "litellm_module"]
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -34,7 +36,7 @@ def litellm_module(model: str | None = None) -> ModuleType:
     """``litellm``, configured for offline use and with the offline provider registered (and
     ``model``'s zero price, when it is an offline model)."""
     module = _configured()
-    if model and model.startswith(f"{OFFLINE_PROVIDER}/") and model not in _priced:
+    if model and is_offline(model) and model not in _priced:
         with _lock:
             if model not in _priced:
                 module.register_model({model: dict(_FREE)})
@@ -51,7 +53,7 @@ def _configured() -> ModuleType:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             import litellm
 
-            from chatbridge.llm.offline import OfflineLLM
+            from chatbridge.llm.offline_provider import OfflineLLM
 
             litellm.suppress_debug_info = True
             litellm.telemetry = False
