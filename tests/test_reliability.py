@@ -277,6 +277,7 @@ async def test_dropped_connections_are_cleaned_up(settings: Settings) -> None:
 
     from chatbridge.chat.socket_caps import SOCKETS
     from chatbridge.cluster.broadcast import sockets_here
+
     settings.CHATBRIDGE_SOCKETS_PER_VISITOR = 100  # one browser's 100 sockets at once
 
     first = await ChatClient.start()
