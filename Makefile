@@ -90,12 +90,9 @@ npm-clients: $(CLIENTS_STAMP)
 
 # Most tests wait on servers, browsers and clients: three workers (pytest-xdist) share the two
 # cores; each gets its own test database, servers and ports. PYTEST_WORKERS=0 runs them in one.
-# The workers take the tests one at a time, the longest modules first, and the tests sharing a
-# module's server as one group (tests/conftest.py orders and groups them; not re-sorted here).
 PYTEST_WORKERS ?= 3
-PYTEST_DIST := --dist loadgroup --no-loadscope-reorder
 pytest: setup browser npm-clients
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The installs are independent (pip, npm, apt): they run side by side, then the checks, side
@@ -112,7 +109,7 @@ test-fast: setup
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
 
 pytest-fast: setup
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not slow and not browser and not services and not budget" -q $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services and not budget" -q $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).

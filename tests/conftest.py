@@ -169,33 +169,9 @@ PROCESS_FIXTURES = frozenset(
 )
 
 
-# The modules that take longest (``--durations``, this machine), run first: with
-# ``--dist loadgroup`` (the Makefile) the workers take tests one at a time in the order below,
-# so a long one never starts last while the others idle; the short tests fill the end.
-LONGEST_FIRST = (
-    "test_outside_project",
-    "test_conformance_suite",
-    "test_mcp_tokens",
-    "test_lease",
-    "test_hub_memory",
-    "test_balancer",
-    "test_cluster_faults",
-    "test_lifecycle",
-    "test_outages",
-    "test_commitment_restarts",
-)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
-    """Before the other plugins: ``browser`` on every test that drives chromium; ``slow`` on
-    every test that starts servers or clients in processes of their own; the tests sharing a
-    module's fixture (a server, a database) in one ``xdist_group`` (pytest-xdist reads it),
-    so one worker runs them and starts it once.
-
-    After them (pytest-django orders by kind of database use): the modules in the order the
-    workers should take them, the longest first, then the other slow ones, then the rest; each
-    module's tests together, in the order they were given."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``browser`` on every test that drives chromium; ``slow`` on every test that starts
+    servers or clients in processes of their own."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if "browser" in fixtures:
@@ -204,29 +180,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
             item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
         if item.path.stem in PROCESS_MODULES or fixtures & PROCESS_FIXTURES:
             item.add_marker(pytest.mark.slow)
-        if _uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
-    yield
-    tier: dict[str, int] = {}
-    for item in items:
-        stem = item.path.stem
-        own = 0 if stem in LONGEST_FIRST else 1 if item.get_closest_marker("slow") else 2
-        tier[stem] = min(tier.get(stem, own), own)
-    order = {stem: n for n, stem in enumerate(dict.fromkeys(i.path.stem for i in items))}
-    items.sort(
-        key=lambda i: (
-            tier[i.path.stem],
-            LONGEST_FIRST.index(i.path.stem) if i.path.stem in LONGEST_FIRST else 0,
-            order[i.path.stem],
-        )
-    )
-
-
-def _uses_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
 def pytest_configure(config: pytest.Config) -> None:

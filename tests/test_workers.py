@@ -75,6 +75,29 @@ async def test_a_worker_that_is_gone_gets_no_reply_and_nothing_is_routed_to_ones
     assert not await peers.alive(GONE)  # no heartbeat on record
 
 
+async def test_a_worker_nobody_can_hear_is_not_waited_for(
+    fresh_runtime: ChatBridgeRuntime,
+) -> None:
+    """On the in-memory layer a worker of another process is never heard (two servers on one
+    database and no Redis): asked for a minute, the answer "not reached" comes at once, not at
+    the minute's end; a member of the group in this process is still reached."""
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+    from django.utils import timezone
+
+    from chatbridge.cluster.reply_channels import never_heard
+    from chatbridge.records.models import WorkerHeartbeat
+
+    elsewhere = "other-host:4242"  # alive by its heartbeat, in a process of its own
+    await sync_to_async(WorkerHeartbeat.objects.create)(worker=elsewhere, beat_at=timezone.now())
+    layer = get_channel_layer()
+    assert never_heard(layer, worker_group(elsewhere))
+    assert not never_heard(layer, worker_group(WORKER_ID))  # this process's listener is in it
+    asking = asyncio.ensure_future(_ask_worker(elsewhere, Ping(), 60.0, "ping"))
+    done, _ = await asyncio.wait({asking}, timeout=5)  # a bound for the test, not a measure
+    assert done and asking.result() is None
+
+
 async def test_operators_see_and_abort_a_live_call_on_whichever_worker_holds_it(
     fresh_runtime: ChatBridgeRuntime,
 ) -> None:

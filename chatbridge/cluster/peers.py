@@ -41,7 +41,7 @@ from chatbridge.cluster.messages import (
     WorkerRequest,
     parse_reply,
 )
-from chatbridge.cluster.reply_channels import forget, reply_channel
+from chatbridge.cluster.reply_channels import forget, never_heard, reply_channel
 from chatbridge.engine.protocol import Abort, Approve, Deny, ElicitResponseCommand, Stop
 from chatbridge.records.outage import DatabaseUnavailable, db_call
 from chatbridge.records.recorder import WORKER_ID
@@ -204,6 +204,8 @@ async def _until_outcome(
     then: it is tried again every ``ACK_SECONDS``, not taken for the worker being gone."""
     layer = get_channel_layer()
     assert layer is not None
+    if never_heard(layer, worker_group(worker)):
+        return None  # nobody can hear it (a worker of another process, and no shared layer)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     reply_to = ""

@@ -12,12 +12,22 @@ from typing import Any
 
 from chatbridge.cluster.layer_health import note_trouble
 
-__all__ = ["NotDelivered", "forget", "patiently", "reconnected", "reply_channel"]
+__all__ = ["NotDelivered", "forget", "never_heard", "patiently", "reconnected", "reply_channel"]
 
 
 class NotDelivered(ConnectionError):
     """A message was published to a channel or group that nobody listens to (its receiver is
     gone, or reconnecting after Redis restarted)."""
+
+
+def never_heard(layer: Any, group: str) -> bool:
+    """Can no message to ``group`` ever arrive? True on a layer of this process alone (in
+    memory) where nobody here is in ``group``: no other process hears it, and no restart
+    brings a member back. A worker of another process on such a layer (two servers sharing a
+    database and no Redis) is never reached: waiting for it would only delay the refusal."""
+    from channels.layers import InMemoryChannelLayer
+
+    return isinstance(layer, InMemoryChannelLayer) and not layer.groups.get(group)
 
 
 async def forget(layer: Any, channel: str) -> None:
