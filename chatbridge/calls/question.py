@@ -84,7 +84,10 @@ class Question:
         self.error: ElicitValidationError | None = None  # the last refusal by the model
         # The last refusal's field errors, whoever refused it (none yet: one shared empty map).
         self.errors: Mapping[str, list[str]] = _NO_ERRORS
-        self.shown: Any = None  # what a host last showed for it (the chat's form)
+        # What a host last showed for it: the chat's form (``ElicitForm``, read back by type),
+        # a 2026-07-28 round's ``input_required`` or a task's request (each host only asks
+        # whether it was handed out). ``object``: no host reads another's as its own.
+        self.shown: object | None = None
         self.answer: ElicitResult[Any] | None = None
         self.by_page = False  # answered on its URL page: the page's link is spent already
         self._future: asyncio.Future[ElicitResult[Any]] = asyncio.get_running_loop().create_future()
