@@ -28,12 +28,14 @@ from typing import Any
 from pydantic import ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from chatbridge.author.exceptions import ChatBridgeError
+
 __all__ = ["AnswerRefused", "RuleCheck", "answer_rule"]
 
 RuleCheck = Callable[..., None]
 
 
-class AnswerRefused(PydanticCustomError):
+class AnswerRefused(PydanticCustomError, ChatBridgeError):
     """Raised by a rule (or any pydantic validator): refuse the answer with ``message`` as is.
 
     A plain ``ValueError`` reaches the user as "Value error, <message>"; this one does not.

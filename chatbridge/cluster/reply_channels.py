@@ -10,12 +10,13 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.cluster.layer_health import note_trouble
 
 __all__ = ["NotDelivered", "forget", "never_heard", "patiently", "reconnected", "reply_channel"]
 
 
-class NotDelivered(ConnectionError):
+class NotDelivered(ChatBridgeError, ConnectionError):
     """A message was published to a channel or group that nobody listens to (its receiver is
     gone, or reconnecting after Redis restarted)."""
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from chatbridge.author.exceptions import ChatBridgeError
+
 __all__ = ["TRANSITIONS", "Phase", "PhaseError"]
 
 Phase = Literal[
@@ -54,5 +56,5 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 }
 
 
-class PhaseError(RuntimeError):
+class PhaseError(ChatBridgeError, RuntimeError):
     """A phase change the table does not allow (a bug in the engine)."""
