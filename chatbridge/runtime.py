@@ -28,7 +28,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
-from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.calls.transports import HELD_BY_REQUEST  # see ``_end_calls_held_by_requests``
 from chatbridge.conf import setting
 
@@ -47,7 +46,7 @@ __all__ = [
 logger = logging.getLogger("chatbridge")
 
 
-class RuntimeNotRunning(ChatBridgeError, RuntimeError):
+class RuntimeNotRunning(RuntimeError):
     """Something needed the process's runtime and none is running."""
 
     def __init__(self) -> None:

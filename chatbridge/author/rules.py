@@ -28,14 +28,12 @@ from typing import Any
 from pydantic import ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from chatbridge.author.exceptions import ChatBridgeError
-
 __all__ = ["AnswerRefused", "RuleCheck", "answer_rule"]
 
 RuleCheck = Callable[..., None]
 
 
-class AnswerRefused(PydanticCustomError, ChatBridgeError):
+class AnswerRefused(PydanticCustomError):
     """Raised by a rule (or any pydantic validator): refuse the answer with ``message`` as is.
 
     A plain ``ValueError`` reaches the user as "Value error, <message>"; this one does not.

@@ -14,8 +14,6 @@ import re
 import sys
 from typing import Any
 
-from chatbridge.author.exceptions import ChatBridgeError
-
 __all__ = ["NotStrictJson", "loads"]
 
 # \uD800-\uDFFF, any case: only text with such an escape can decode to a lone surrogate, so
@@ -23,7 +21,7 @@ __all__ = ["NotStrictJson", "loads"]
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class NotStrictJson(ChatBridgeError, ValueError):
+class NotStrictJson(ValueError):
     """The text is not JSON the protocol accepts; the message says why."""
 
 

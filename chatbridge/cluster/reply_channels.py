@@ -10,13 +10,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.cluster.layer_health import note_trouble
 
 __all__ = ["NotDelivered", "forget", "never_heard", "patiently", "reconnected", "reply_channel"]
 
 
-class NotDelivered(ChatBridgeError, ConnectionError):
+class NotDelivered(ConnectionError):
     """A message was published to a channel or group that nobody listens to (its receiver is
     gone, or reconnecting after Redis restarted)."""
 

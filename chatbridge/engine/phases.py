@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from chatbridge.author.exceptions import ChatBridgeError
-
 __all__ = ["TRANSITIONS", "Phase", "PhaseError"]
 
 Phase = Literal[
@@ -56,5 +54,5 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 }
 
 
-class PhaseError(ChatBridgeError, RuntimeError):
+class PhaseError(RuntimeError):
     """A phase change the table does not allow (a bug in the engine)."""

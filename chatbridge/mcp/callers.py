@@ -16,8 +16,6 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 
-from chatbridge.author.exceptions import ChatBridgeError
-
 __all__ = [
     "OPERATOR",
     "SCOPE_KEY",
@@ -57,7 +55,7 @@ class Caller:
 TokenCheck = Callable[[str], Awaitable[Caller | None]]
 
 
-class Refusal(ChatBridgeError):
+class Refusal(Exception):
     """A request refused before it reaches MCP: an HTTP status and a body in words."""
 
     def __init__(

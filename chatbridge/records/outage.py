@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connections
 
-from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.conf import setting
 
 __all__ = [
@@ -49,7 +48,7 @@ RETRY_AFTER = 5  # seconds a client is told to wait (HTTP Retry-After) before tr
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 1.0
 
 
-class DatabaseUnavailable(ChatBridgeError, OperationalError):
+class DatabaseUnavailable(OperationalError):
     """The database cannot be reached (an outage, told apart from a failing statement)."""
 
 

@@ -46,7 +46,6 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.records.group_commit import Job, Outcome, nothing, run_group, undo_on_retry
 from chatbridge.records.outage import (
     BACKOFF_FIRST,
@@ -72,7 +71,7 @@ MAX_GROUP = 256  # writes committed together at most
 LINGER = 0.1  # seconds a group of background writes gathers more
 
 
-class WriterNotRunning(ChatBridgeError, RuntimeError):
+class WriterNotRunning(RuntimeError):
     """A write was asked for while no runtime's writer runs (start the runtime first)."""
 
 
