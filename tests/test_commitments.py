@@ -198,7 +198,7 @@ async def test_a_call_asked_to_stop_while_working_stops_at_its_next_question(
     assert ended.type == "aborted" and ended.commitment is not None
     assert ended.commitment.outcome == "compensated"
     assert refunds == ["tok1"]
-    assert "elicit" not in [e.type for e in session._events]  # the question was never shown
+    assert "elicit" not in [e.type for e in session.events]  # the question was never shown
 
 
 async def test_a_failure_after_the_commitment_compensates(manager: SessionManager) -> None:

@@ -9,8 +9,8 @@ answer. Nothing the call did after that question is done twice, because a change
 go back past a step (a ticket issued) or past the answer that committed the call (a payment)
 is refused, saying which.
 
-``SessionChanges`` is a part of ``PluginSession`` (``chatbridge.calls.sessions``), kept apart
-so each module stays about one thing; the session owns the state it reads and writes.
+``SessionChanges`` is the session's collaborator for this (``chatbridge.calls.sessions``): it
+owns the last change made and reads the call's journal; the session asks it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from chatbridge.author.approval import APPROVAL_KEY
 from chatbridge.author.elicit import ElicitId, ElicitRequest
@@ -28,9 +28,8 @@ from chatbridge.author.language import gettext as _
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import CommitmentGuard
-from chatbridge.calls.journal import Journal, JournalEntry, JournalStore
+from chatbridge.calls.journal import Journal, JournalEntry
 from chatbridge.calls.links import UrlLinks
-from chatbridge.calls.question import Question
 
 if TYPE_CHECKING:
     from chatbridge.calls.sessions import PluginSession
@@ -53,26 +52,20 @@ class AnswerChanged(BaseException):  # noqa: N818 - like CancelledError, not an 
 class SessionChanges:
     """Changing an earlier answer (see the module docstring)."""
 
-    # The session's state (``PluginSession.__init__`` sets it).
-    id: str
-    tool: McpTool[Any, Any]
-    call_id: str
-    journal_store: JournalStore
-    _journal: Journal
-    _state: CallState
-    _guard: CommitmentGuard
-    _links: UrlLinks | None
-    _changed: tuple[str, Change] | None
+    __slots__ = ("_changed", "_guard", "_journal", "_links", "_session", "_state", "_tool")
 
-    if TYPE_CHECKING:  # the session's own, used here
-
-        def _open(self, elicit_id: str) -> Question: ...
-
-        async def _durably(self, write: Any) -> None: ...
-
-        async def emit_progress(
-            self, message: str, progress: float | None, total: float | None
-        ) -> None: ...
+    def __init__(
+        self,
+        session: PluginSession,
+        tool: McpTool[Any, Any],
+        journal: Journal,
+        guard: CommitmentGuard,
+        state: CallState,
+        links: UrlLinks | None,
+    ) -> None:
+        self._session, self._tool, self._journal = session, tool, journal
+        self._guard, self._state, self._links = guard, state, links
+        self._changed: tuple[str, Change] | None = None  # the last change of an answer
 
     def asked(self) -> Iterator[tuple[str, JournalEntry]]:
         """The call's answered questions on record (the live branch), with their ids."""
@@ -82,11 +75,11 @@ class SessionChanges:
                 continue
             ordinal += 1
             number = self._journal.question_number(ordinal, entry.seq)
-            yield str(ElicitId(self.tool.name, entry.key, self.call_id, number)), entry
+            yield str(ElicitId(self._tool.name, entry.key, self._session.call_id, number)), entry
 
     def offered(self, request: ElicitRequest) -> ElicitRequest:
         """``request`` with its exits and the earlier answers it may change, as shown."""
-        declared = self.tool.exits.get(request.key, NO_DECLARED_EXITS)
+        declared = self._tool.exits.get(request.key, NO_DECLARED_EXITS)
         exits = QuestionExits(
             None,
             declared.decline.said() if declared.decline else None,
@@ -112,7 +105,7 @@ class SessionChanges:
         """The tool unwound from a change: the journal forks here at the changed question (in
         its store it forked before the question closed: ``change``)."""
         abandoned = self._journal.fork(changed.seq)
-        logger.info("call %s forked: %d entries abandoned", self.id, len(abandoned))
+        logger.info("call %s forked: %d entries abandoned", self._session.id, len(abandoned))
         self._state.elicit_seq = 0
 
     def changed_from(self, elicit_id: str) -> Change | None:
@@ -125,12 +118,13 @@ class SessionChanges:
         (its id, or its key: the latest answer to it) and ask it again (see the module
         docstring). What it went back to; ``ChangeRefused`` says why it cannot, and
         ``ElicitNotPending`` that ``elicit_id`` is not the open question."""
-        question = self._open(elicit_id)
+        session = self._session
+        question = session.questions.open(elicit_id)
         request = question.request
         offered = request.changes
         chosen = next((c for c in offered if target in (c.elicit_id, c.key)), None)
         if chosen is None:
-            raise ChangeRefused(self.id, target, self._why_not(target, offered))
+            raise ChangeRefused(session.id, target, self._why_not(target, offered))
         # A URL question's page may be reporting an answer (a payment) right now: the first
         # to close the link wins. The page won: its answer stands and the call goes on.
         if (
@@ -138,16 +132,16 @@ class SessionChanges:
             and self._links is not None
             and (not await self._links.close(request) or not question.open)
         ):
-            raise ElicitNotPending(self.id, elicit_id, None)
+            raise ElicitNotPending(session.id, elicit_id, None)
         seq = next(e.seq for i, e in self.asked() if i == chosen.elicit_id)
         # No answer reaches it from now on; the change is on record (the journal forked in
         # its store) before the question closes and anyone is told: a crash after that
         # finds the change made, never the question it left. A failed write stops the call
         # there, as any journal write that fails. Then the tool unwinds and runs again.
-        logger.info("call %s: %s changes %s", self.id, by or "its user", chosen.elicit_id)
+        logger.info("call %s: %s changes %s", session.id, by or "its user", chosen.elicit_id)
         question.closing()
         try:
-            await self._durably(self.journal_store.fork(cast("PluginSession", self), seq))
+            await session.durably(session.journal_store.fork(session, seq))
         except BaseException as exc:
             question.fail(exc)
             raise
@@ -155,7 +149,7 @@ class SessionChanges:
         question.fail(AnswerChanged(chosen, seq))
         # The progress shown so far belongs to the abandoned branch: say what happens now.
         note = _("%(change)s: asked again") % {"change": chosen.label}
-        await self.emit_progress(note, None, None)
+        await session.emit_progress(note, None, None)
         return chosen
 
     def _why_not(self, target: str, offered: tuple[Change, ...]) -> str:

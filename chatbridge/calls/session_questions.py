@@ -1,16 +1,17 @@
 """The open question of a tool call: answering it, refusing an answer, expiring it, the link
 of a URL question (``ctx.elicit_url``), and asking it (``CapabilityHost.ask``).
 
-``SessionQuestions`` is a part of ``PluginSession`` (``chatbridge.calls.sessions``), kept apart
-so each module stays about one thing; the session owns the state it reads and writes.
+``SessionQuestions`` is the session's collaborator for this (``chatbridge.calls.sessions``): it
+owns the open question, the last one asked and the refusals a resumed call restores; the
+session asks it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from chatbridge.author.elicit import (
     Cancel,
@@ -22,18 +23,16 @@ from chatbridge.author.elicit import (
 from chatbridge.author.exceptions import (
     ElicitNotPending,
     ElicitValidationError,
-    SessionAborted,
     TooManyRefusedAnswers,
     UrlQuestionsUnavailable,
     technical_errors,
 )
 from chatbridge.author.storable import for_the_record
 from chatbridge.calls.call_state import CallState
-from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
-from chatbridge.calls.events import ElicitEvent, SessionEvent
-from chatbridge.calls.journal import Journal, JournalEntry
+from chatbridge.calls.commitment import CommitmentGuard
+from chatbridge.calls.events import ElicitEvent
 from chatbridge.calls.links import UrlLinks
-from chatbridge.calls.observer import SessionObserver, observe
+from chatbridge.calls.observer import observe
 from chatbridge.calls.outcome import BY_EXPIRY
 from chatbridge.calls.question import FieldErrors, Question
 
@@ -52,44 +51,35 @@ EXPIRED_BY = BY_EXPIRY
 class SessionQuestions:
     """A session's open question (see the module docstring)."""
 
-    # The session's state (``PluginSession.__init__`` sets it).
-    id: str
-    call_id: str
-    meta: dict[str, str]
-    max_refused: int | None  # refused answers a question takes (None: no limit)
-    observer: SessionObserver | None
-    _question: Question | None  # the open question
-    _last: Question | None  # the question asked last (open or closed)
-    _refused_on_record: tuple[str, int] | None  # a resumed call's open question, its refusals
-    _links: UrlLinks | None
-    _guard: CommitmentGuard
-    _journal: Journal
-    _state: CallState
-    _parked: bool
+    __slots__ = (
+        "_guard",
+        "_last",
+        "_links",
+        "_question",
+        "_refused_on_record",
+        "_session",
+        "_state",
+        "max_refused",
+    )
 
-    if TYPE_CHECKING:  # the session's own, used here
-
-        @property
-        def tool_name(self) -> str: ...
-
-        def _touch(self) -> None: ...
-
-        def _set_status(self, status: Any) -> None: ...
-
-        def _emit(self, event: SessionEvent) -> bool: ...
-
-        async def _abort_committed(self, reason: str, by: str | None) -> AbortDecision: ...
-
-        def offered(self, request: ElicitRequest) -> ElicitRequest: ...
-
-        def asked(self) -> Iterator[tuple[str, JournalEntry]]: ...
-
-        def _stop_for_compensation(self) -> SessionAborted: ...
-
-    @property
-    def _session(self) -> PluginSession:
-        """This, as the session observers are told of."""
-        return cast("PluginSession", self)
+    def __init__(
+        self,
+        session: PluginSession,
+        guard: CommitmentGuard,
+        state: CallState,
+        links: UrlLinks | None,
+        *,
+        refused_on_record: tuple[str, int] | None,
+        max_refused: int | None,
+    ) -> None:
+        self._session, self._guard, self._state, self._links = session, guard, state, links
+        # The open question (it keeps its refused answers and what a host showed), the last
+        # one asked (hosts tell an answer its page reported from an expiry by it), and the
+        # refusals on record of the question a resumed call asks again.
+        self._question: Question | None = None
+        self._last: Question | None = None
+        self._refused_on_record = refused_on_record
+        self.max_refused = max_refused  # refused answers a question takes (None: no limit)
 
     @property
     def question(self) -> Question | None:
@@ -102,10 +92,11 @@ class SessionQuestions:
         question = self.question
         return question.id if question is not None else None
 
-    def _open(self, elicit_id: str) -> Question:
+    def open(self, elicit_id: str) -> Question:
+        """The open question, if its id is ``elicit_id``; else ``ElicitNotPending``."""
         question = self.question
         if question is None or question.id != elicit_id:
-            raise ElicitNotPending(self.id, elicit_id, question.id if question else None)
+            raise ElicitNotPending(self._session.id, elicit_id, question.id if question else None)
         return question
 
     async def check_answer(
@@ -114,7 +105,7 @@ class SessionQuestions:
         """``result`` validated for the open question ``elicit_id`` without answering it (a
         form checks each post so); a refused answer is counted, reported and raised (the last
         one the question takes as ``TooManyRefusedAnswers``: it has closed)."""
-        question = self._open(str(elicit_id))
+        question = self.open(str(elicit_id))
         try:
             return question.check(result)
         except (ElicitValidationError, TooManyRefusedAnswers):
@@ -128,7 +119,7 @@ class SessionQuestions:
     async def refused(self, elicit_id: str, data: dict[str, Any], errors: FieldErrors) -> None:
         """A form's own check (before the model's) refused an answer to the open question;
         ``TooManyRefusedAnswers`` when it was the last one the question takes."""
-        question = self._open(elicit_id)
+        question = self.open(elicit_id)
         question.refuse(data, errors)
         await self._report_refusal(question)
         if question.refused_too_often is not None:
@@ -156,7 +147,7 @@ class SessionQuestions:
         a host may decline or cancel it, never answer it.
         """
         wanted = str(elicit_id)
-        question = self._open(wanted)
+        question = self.open(wanted)
         request = question.request
         if request.mode == "url" and not by_page:
             accepts = result.get("action") if isinstance(result, Mapping) else result.action
@@ -170,8 +161,8 @@ class SessionQuestions:
             # ends the question. The page won: its answer is on its way here.
             won = await self._links.close(request)
             if not won or self._question is not question or not question.open:
-                raise ElicitNotPending(self.id, wanted, None)
-        self._touch()
+                raise ElicitNotPending(self._session.id, wanted, None)
+        self._session.touch()
         self._resolve(question, validated, by_page=by_page)
 
     def _resolve(self, question: Question, result: ElicitResult[Any], *, by_page: bool) -> None:
@@ -185,26 +176,28 @@ class SessionQuestions:
         refusal = question.refusals[-1]
         record = technical_errors(refusal.errors)  # the record keeps the validators' own words
         kept = for_the_record(refusal.data)  # as it came, even NaN or a NUL character
+        session = self._session
         await observe(
-            self.observer,
-            lambda o: o.answer_rejected(self._session, question.id, kept, record),
+            session.observer,
+            lambda o: o.answer_rejected(session, question.id, kept, record),
         )
 
     async def expire(self) -> bool:
         """Answer the open question with ``Cancel`` (nobody answered in time); a committed
         call that can compensate is stopped there instead, and compensates."""
-        await self._page_answered()  # a page that reported first answered it: not expired
+        await self.page_answered()  # a page that reported first answered it: not expired
         question = self.question
         if question is None:
             return False
         commitment = self._guard.commitment
         if commitment is not None and commitment.compensate is not None:
-            await self._abort_committed(EXPIRED, EXPIRED_BY)
+            await self._session.stops.abort_committed(EXPIRED, EXPIRED_BY)
             return True
-        self._touch()
+        session = self._session
+        session.touch()
         await observe(
-            self.observer,
-            lambda o: o.answer_rejected(self._session, question.id, {}, {"__all__": [EXPIRED]}),
+            session.observer,
+            lambda o: o.answer_rejected(session, question.id, {}, {"__all__": [EXPIRED]}),
         )
         if question.open:
             question.settle(Cancel())
@@ -222,9 +215,9 @@ class SessionQuestions:
             parsed = ElicitId.parse(wanted)
         except ValueError:
             return None
-        if (parsed.tool_name, parsed.call_id) != (self.tool_name, self.call_id):
+        if (parsed.tool_name, parsed.call_id) != (self._session.tool_name, self._session.call_id):
             return None
-        for asked_id, entry in self.asked():
+        for asked_id, entry in self._session.changes.asked():
             if asked_id == wanted:
                 return result_from_dict(entry.result)
         return None
@@ -236,21 +229,24 @@ class SessionQuestions:
             await question.closed()
 
     async def ask(self, request: ElicitRequest) -> ElicitResult[Any]:
+        session = self._session
         if self._guard.stops_at_question():  # committed and asked to stop: it stops here
-            raise self._stop_for_compensation()
+            raise session.stops.stop_for_compensation()
         attempts = 0
         restored, self._refused_on_record = self._refused_on_record, None
         if restored is not None and restored[0] == str(request.id):
             attempts = restored[1]  # its refusals on record: it keeps counting from there
-        question = Question(self.offered(request), attempts=attempts, limit=self.max_refused)
+        question = Question(
+            session.changes.offered(request), attempts=attempts, limit=self.max_refused
+        )
         self._question = self._last = question
         try:
             if request.mode == "url":
                 await self._link(question)
             if question.open:  # a URL question's page may have answered it already
-                self._set_status("awaiting_elicit")
-                await observe(self.observer, lambda o: o.status_changed(self._session))
-                self._emit(ElicitEvent(self.id, question.request))
+                session.set_status("awaiting_elicit")
+                await observe(session.observer, lambda o: o.status_changed(session))
+                session.emit(ElicitEvent(session.id, question.request))
             return await question.wait()
         finally:
             self._question = None
@@ -259,22 +255,22 @@ class SessionQuestions:
             # spent. A page that answered spent it already.
             if request.mode == "url" and question.ended and not question.by_page:
                 await self._close_link(question.request)
-            self._set_status("running")
-            if self._state.aborted is None and not self._parked:
-                await observe(self.observer, lambda o: o.status_changed(self._session))
+            session.set_status("running")
+            if self._state.aborted is None and not session.stops.parked:
+                await observe(session.observer, lambda o: o.status_changed(session))
 
     async def _link(self, question: Question) -> None:
         """Fill in a URL question's link; answer it at once if its page already reported
         (while no session held it, or in an earlier run of a replayed call)."""
         request = question.request
         if self._links is None:
-            raise UrlQuestionsUnavailable(self.tool_name, request.key)
-        opened = await self._links.open(request, self.meta)
+            raise UrlQuestionsUnavailable(self._session.tool_name, request.key)
+        opened = await self._links.open(request, self._session.meta)
         question.request = dataclasses.replace(request, url=opened.url)
         if opened.answer is not None and question.open:  # read back from the record: checked
             self._resolve(question, question.check(opened.answer), by_page=True)
 
-    async def _page_answered(self) -> None:
+    async def page_answered(self) -> None:
         """Before an abort: close the open URL question's link, so its page can no longer
         report; if the page reported first, its answer stands (a payment taken is a payment
         taken) and closes the question as if it had arrived before the abort."""
@@ -302,11 +298,13 @@ class QuestionAnswers:
     """A form's ``AnswerDesk`` (``chatbridge.author.plugins``): the posts it checks go to the
     session's open question ``elicit_id``, which validates, counts and reports them."""
 
-    def __init__(self, session: SessionQuestions, elicit_id: str) -> None:
-        self._session, self._elicit_id = session, elicit_id
+    __slots__ = ("_elicit_id", "_questions")
+
+    def __init__(self, questions: SessionQuestions, elicit_id: str) -> None:
+        self._questions, self._elicit_id = questions, elicit_id
 
     async def check(self, result: ElicitResult[Any]) -> ElicitResult[Any]:
-        return await self._session.check_answer(self._elicit_id, result)
+        return await self._questions.check_answer(self._elicit_id, result)
 
     async def refuse(self, data: dict[str, Any], errors: FieldErrors) -> None:
-        await self._session.refused(self._elicit_id, data, errors)
+        await self._questions.refused(self._elicit_id, data, errors)
