@@ -10,9 +10,10 @@ request's host must be in ``ALLOWED_HOSTS`` either way (as Django's own host che
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from urllib.parse import urlsplit
 
+from asgiref.sync import markcoroutinefunction
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
@@ -98,17 +99,20 @@ class SameOriginValidator:
     def __init__(self, application: ASGIApp) -> None:
         self.application = application
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    @markcoroutinefunction  # an ASGI 3 application, though it returns the awaitable
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The socket's application, or its denial: decided from the scope alone, so this
+        hands the socket on instead of staying under every message it receives."""
         if scope["type"] != "websocket":
             raise ValueError(f"SameOriginValidator guards WebSockets, not {scope['type']!r}.")
         use_forwarded_client(scope)
         trusted = list(getattr(settings, "CSRF_TRUSTED_ORIGINS", []))
         if request_origin_allowed(scope, _allowed_hosts(), trusted):
-            await self.application(scope, receive, send)
-            return
+            return self.application(scope, receive, send)
         logger.warning(
             "refused socket from origin %r to host %r",
             _header(scope, b"origin"),
             _header(scope, b"host"),
         )
-        await WebsocketDenier()(scope, receive, send)
+        denial: Awaitable[None] = WebsocketDenier()(scope, receive, send)
+        return denial

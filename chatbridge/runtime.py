@@ -23,16 +23,18 @@ import asyncio
 import contextvars
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import markcoroutinefunction
 
 from chatbridge.asgi_types import ASGIApp, Receive, Scope, Send
 from chatbridge.calls.transports import HELD_BY_REQUEST  # see ``_end_calls_held_by_requests``
 from chatbridge.conf import setting
 
 if TYPE_CHECKING:
-    from chatbridge.engine.forms import FormRenderer
+    from chatbridge.engine.tool_calls import FormRenderer
 
 __all__ = [
     "READY_PATH",
@@ -250,22 +252,31 @@ def lifespan(app: ASGIApp, factory: Callable[[], ChatBridgeRuntime]) -> ASGIApp:
     session, no database).
     """
 
-    async def with_lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    @markcoroutinefunction  # an ASGI 3 application to servers, though it returns the awaitable
+    def with_lifespan(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function handing each scope on: a running runtime's sockets and requests
+        # do not pass through (resume) this wrapper on every message they receive.
         if scope["type"] == "lifespan":
-            await _serve_lifespan(factory, receive, send)
-            return
+            return _serve_lifespan(factory, receive, send)
         if scope["type"] == "http" and scope["path"] == READY_PATH:
             ready = _current is not None and _current.running
-            await _plain(send, 200 if ready else 503, b"ready\n" if ready else b"not ready\n")
-            return
-        if _current is None and _starting is not None and scope["type"] != "lifespan":
-            await asyncio.shield(_starting)
-        if _current is None and scope["type"] == "http":
-            await _unavailable(send)
-            return
-        await app(scope, receive, send)
+            return _plain(send, 200 if ready else 503, b"ready\n" if ready else b"not ready\n")
+        if _current is None:
+            return _once_started(app, scope, receive, send)
+        return app(scope, receive, send)
 
     return with_lifespan
+
+
+async def _once_started(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """A scope that came before the runtime: it waits for a start under way; HTTP gets a 503
+    while none runs."""
+    if _current is None and _starting is not None:
+        await asyncio.shield(_starting)
+    if _current is None and scope["type"] == "http":
+        await _unavailable(send)
+        return
+    await app(scope, receive, send)
 
 
 async def _serve_lifespan(

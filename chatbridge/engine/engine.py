@@ -37,7 +37,6 @@ from chatbridge.engine.conversation import (
     VisitorLimits,
     dangling_calls,
 )
-from chatbridge.engine.forms import FormRenderer
 from chatbridge.engine.protocol import (
     ApprovalRequest,
     ConversationForked,
@@ -49,7 +48,7 @@ from chatbridge.engine.protocol import (
     check_move,
 )
 from chatbridge.engine.recovery import NOT_OPEN, Recovery
-from chatbridge.engine.tool_calls import ToolCallRunner, change_answer
+from chatbridge.engine.tool_calls import FormRenderer, ToolCallRunner, change_answer
 from chatbridge.engine.turns import LocalQueue, MessageQueue, QueuedMessage, Turns
 
 __all__ = [

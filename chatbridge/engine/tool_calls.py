@@ -1,4 +1,8 @@
-"""Running one tool call in a conversation: approval, session, questions, result."""
+"""Running one tool call in a conversation: approval, session, questions, result.
+
+The chat is the call's host (``ChatHost``, one of ``chatbridge.calls.drive``'s): its questions
+become forms drawn by the ``FormRenderer`` on a ``FormSurface`` that waits for their posts.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from chatbridge.author.approval import APPROVAL_KEY
-from chatbridge.author.elicit import Accept, ElicitRequest, result_to_dict
+from chatbridge.author.elicit import Accept, ElicitRequest, ElicitResult, result_to_dict
 from chatbridge.author.exceptions import (
     ChangeRefused,
     ClaimLost,
@@ -20,8 +24,9 @@ from chatbridge.author.exceptions import (
     JournalWriteFailed,
     TooManyRefusedAnswers,
 )
+from chatbridge.author.exits import offered
 from chatbridge.author.language import gettext as _
-from chatbridge.author.plugins import Plugin, PluginContext, PluginRegistry
+from chatbridge.author.plugins import FieldErrors, FormPost, Plugin, PluginContext, PluginRegistry
 from chatbridge.author.url_card import url_card
 from chatbridge.calls.drive import EndEvent, Pause, drive
 from chatbridge.calls.events import FailedEvent, LogEvent, ProgressEvent
@@ -44,7 +49,6 @@ from chatbridge.engine.conversation import (
     PendingElicit,
     ResumableCall,
 )
-from chatbridge.engine.forms import FormRenderer, FormSurface
 from chatbridge.engine.protocol import (
     ApprovalRequest,
     ChatEvent,
@@ -58,7 +62,7 @@ from chatbridge.engine.protocol import (
 )
 from chatbridge.engine.tool_message import tool_message
 
-__all__ = ["ToolCallRunner", "change_answer", "ended_call"]
+__all__ = ["FormRenderer", "FormSurface", "ToolCallRunner", "change_answer", "ended_call"]
 
 logger = logging.getLogger("chatbridge.engine")
 
@@ -268,9 +272,7 @@ class ChatHost:
             request, session.id, pending, self.runner.render_form, self._sink_for(conv)
         )
         ctx = PluginContext(request, surface, session.answers_for(request.id))
-        # A URL question shows its link whatever the key's handler (its page answers it).
-        shown = url_card(request, ctx) if request.mode == "url" else plugin.handle(request, ctx)
-        handler = asyncio.create_task(shown)
+        handler = asyncio.create_task(self._handle(plugin, session, request, ctx))
         ended = asyncio.create_task(session.wait_finished())
         closed = asyncio.create_task(session.question_closed(request.id))
         try:
@@ -288,7 +290,6 @@ class ChatHost:
                 return  # else aborted while the form was open
             try:
                 result = handler.result()
-                await session.respond_to_elicit(request.id, result)
             except TooManyRefusedAnswers:  # (raised by the form) the call fails, saying why
                 return
             except ElicitNotPending:  # a URL question's page answered first: that answer counts
@@ -315,6 +316,20 @@ class ChatHost:
                 task.cancel()
             conv.pending.pop(request.call_id, None)
             await self.runner.set_phase(conv, conv.waiting_phase())
+
+    @staticmethod
+    async def _handle(
+        plugin: Plugin, session: PluginSession, request: ElicitRequest, ctx: PluginContext
+    ) -> ElicitResult[Any]:
+        """The form's handler, then its answer to the question, in the one task the form's
+        post woke: the post settles the question there, and the tool resumes next."""
+        # A URL question shows its link whatever the key's handler (its page answers it).
+        if request.mode == "url":
+            result = await url_card(request, ctx)
+        else:
+            result = await plugin.handle(request, ctx)
+        await session.respond_to_elicit(request.id, result)
+        return result
 
     @staticmethod
     def _closed(session: PluginSession, request: ElicitRequest) -> ElicitComplete:
@@ -363,3 +378,66 @@ async def change_answer(session: PluginSession, elicit_id: str, target: str) -> 
         raise CommandRefused("NOT_WAITING", NOT_OPEN_TO_CHANGE) from None
     except (JournalWriteFailed, ClaimLost):  # not on record: the call stopped there
         raise CommandRefused("UNAVAILABLE", CHANGE_NOT_RECORDED) from None
+
+
+class FormRenderer(Protocol):
+    """Turns a plugin template and its context into the HTML of an elicitation card."""
+
+    def __call__(
+        self,
+        request: ElicitRequest,
+        template_name: str,
+        context: dict[str, Any],
+        errors: FieldErrors,
+        *,
+        session_id: str,
+    ) -> str: ...
+
+
+class FormSurface:
+    """``RenderSurface`` for conversations: publishes the form, waits for its post."""
+
+    def __init__(
+        self,
+        request: ElicitRequest,
+        session_id: str,
+        pending: PendingElicit,
+        render: FormRenderer,
+        send: Callable[[ChatEvent], Awaitable[None]],
+    ) -> None:
+        self._request, self._session_id = request, session_id
+        self._pending, self._render, self._send = pending, render, send
+        self._attempt = 0
+
+    async def show(
+        self, template_name: str, context: dict[str, Any], errors: FieldErrors
+    ) -> FormPost:
+        request = self._request
+        self._attempt += 1
+        html = self._render(request, template_name, context, errors, session_id=self._session_id)
+        form = ElicitForm(
+            session_id=self._session_id,
+            call_id=request.call_id,
+            elicit_id=str(request.id),
+            tool_name=request.tool_name,
+            key=request.key,
+            message=request.message,
+            requested_schema=request.schema.json,
+            context=request.context,
+            errors=errors,
+            attempt=self._attempt,
+            html=html,
+            mode=request.mode,
+            url=request.url,
+            exits=offered(request.exits, request.changes),
+        )
+        waiter: asyncio.Future[FormPost] = asyncio.get_running_loop().create_future()
+        question = self._pending.session.question
+        if question is not None and question.id == form.elicit_id:
+            question.shown = form  # the question keeps what was shown for it
+        self._pending.waiter = waiter
+        await self._send(form)
+        try:
+            return await waiter
+        finally:
+            self._pending.waiter = None
