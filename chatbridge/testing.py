@@ -34,6 +34,7 @@ from chatbridge.author.tools import McpTool
 from chatbridge.calls.drive import EndEvent, Pause, drive
 from chatbridge.calls.events import CompletedEvent, FailedEvent, LogEvent, ProgressEvent
 from chatbridge.calls.manager import SessionManager
+from chatbridge.calls.outcome import Outcome
 from chatbridge.llm import is_offline, litellm_module
 
 __all__ = ["ToolRun", "UnexpectedQuestion", "run_tool"]
@@ -57,6 +58,7 @@ class ToolRun:
     refused: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
     logs: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     progress: list[tuple[str, float | None, float | None]] = field(default_factory=list)
+    outcome: Outcome | None = None  # how it ended, as every reader takes it (calls.outcome)
 
     @property
     def asked(self) -> list[str]:
@@ -161,6 +163,7 @@ class _ScriptHost:
     async def ended(self, event: EndEvent) -> ToolRun:
         run = self.run
         run.status = event.type
+        run.outcome = self.session.outcome
         if isinstance(event, CompletedEvent):
             run.result = event.result
         else:

@@ -70,6 +70,7 @@ buy_ticket = (
     .parameters(Route)
     .elicits(PAY)
     .commits(PAY, compensate=refund, label="the payment")
+    .done_when("booked")
     .execute(run)
 )
 

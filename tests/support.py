@@ -78,6 +78,7 @@ trip_tool = (
     .description("Plan a trip: choose a hotel, confirm, book, rate.")
     .parameters(TripParams)
     .elicits(pick_hotel=PickHotel, confirm=Confirm, rate=Rating)
+    .done_when("booked")
     .execute(plan_trip)
 )
 

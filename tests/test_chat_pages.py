@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 
 import pytest
+from django.apps import apps as django_apps
 from django.test import Client
 
 from chatbridge.calls.outcome import (
+    OUTCOME,
     Aborted,
     Completed,
     Declined,
@@ -18,6 +21,7 @@ from chatbridge.calls.outcome import (
     call_status,
     describe,
 )
+from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran
 from chatbridge.records.models import Conversation, Message, ToolSession
 from tests.chat_client import html_socket
 
@@ -79,6 +83,12 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
             '{"booked": false, "reason": "seat declined"}',
         ),
         "c-lost": (None, "", "Error: Unknown tool 'nope'. Available tools: book_flight."),
+        "c-retained": (None, "", "Error: all good"),  # retention removed its row
+    }
+    # A call without a session row: the outcome kept beside its tool message decides.
+    kept = {
+        "c-lost": failed_before_it_ran("Unknown tool 'nope'. Available tools: book_flight."),
+        "c-retained": ToolReply("Error: all good", Completed(result={"ticket": "T-2"})),
     }
     Message.objects.create(
         id="m-0",
@@ -98,6 +108,7 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
             role="tool",
             tool_call_id=cid,
             content=content,
+            outcome=kept[cid].message(cid)["outcome"] if cid in kept else None,
         )
         if outcome is not None:
             returned = isinstance(outcome, Completed | Declined)
@@ -131,8 +142,43 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
     assert "An operator stopped this: disk full, please retry" in ops
     declined = _card(page, "c-declined")
     assert ">Declined</span>" in declined and ">Done<" not in declined
-    lost = _card(page, "c-lost")  # never became a session: the message is all there is
+    lost = _card(page, "c-lost")  # never became a session
     assert ">Failed</span>" in lost and "Unknown tool" not in lost
+    retained = _card(page, "c-retained")
+    assert ">Done</span>" in retained and "T-2" in retained and "all good" not in retained
+
+
+def test_tool_messages_written_before_outcomes_were_kept_get_theirs_once(client: Client) -> None:
+    owner = client.get("/")["Location"]
+    conversation = Conversation.objects.get(pk=owner.split("/")[2])
+    said = {
+        "c-old-lost": "Error: Unknown tool 'nope'.",
+        "c-old-done": '{"ticket": "T-3"}',
+        "c-old-text": "plain words",
+        "c-recorded": "Error: the session row tells",
+    }
+    for seq, (cid, content) in enumerate(said.items()):
+        Message.objects.create(
+            id=f"old-{seq}",
+            conversation=conversation,
+            seq=seq,
+            role="tool",
+            tool_call_id=cid,
+            content=content,
+        )
+    ToolSession.objects.create(id="c-recorded", conversation=conversation, tool_name="look_up")
+    migration = importlib.import_module("chatbridge.chat.migrations.0019_message_outcome")
+    migration.keep_outcomes(django_apps, None)
+    outcomes = {
+        m.tool_call_id: m.outcome and OUTCOME.validate_python(m.outcome)
+        for m in Message.objects.filter(conversation=conversation)
+    }
+    assert outcomes == {
+        "c-old-lost": Failed(error_type="", message="Unknown tool 'nope'."),
+        "c-old-done": Completed(result={"ticket": "T-3"}),
+        "c-old-text": Completed(result="plain words"),
+        "c-recorded": None,  # its session row says how it ended
+    }
 
 
 @pytest.mark.usefixtures("fresh_runtime")

@@ -225,6 +225,13 @@ async def test_dangling_calls_are_recovered_as_lost_sessions(hub: Any) -> None:
         "role": "tool",
         "tool_call_id": "call_old",
         "content": LOST_SESSION_MESSAGE,
+        # Beside it on record, off what the model reads: how the call ended, for its card.
+        "outcome": {
+            "kind": "failed",
+            "error_type": "",
+            "message": "The tool session was lost.",
+            "refused": None,
+        },
     }
     assert form.call_id != "call_old"  # the model retried with a new call
 

@@ -11,9 +11,11 @@ import pytest
 from django.template.loader import render_to_string
 from pydantic import BaseModel, Field, field_validator
 
+from chatbridge import create_mcp_tool
 from chatbridge.author.elicit import Accept, validate_result
 from chatbridge.author.exceptions import (
     ElicitValidationError,
+    ToolDefinitionError,
     field_errors_text,
     refusal_text,
     technical_errors,
@@ -29,6 +31,7 @@ from chatbridge.calls.outcome import (
     Failed,
     Outcome,
     call_status,
+    completed,
     describe,
 )
 from chatbridge.chat.chat_errors import chat_error_text
@@ -37,6 +40,7 @@ from chatbridge.chat.templatetags.chatbridge_tags import human, human_items
 from chatbridge.engine.protocol import LogLine
 from chatbridge.engine.tool_message import tool_message
 from chatbridge.llm.planner import plan_reply
+from chatbridge.testing import run_tool
 from plugins.choose_color.tool import ColorChoice
 from plugins.feedback.tool import Feedback
 
@@ -217,7 +221,7 @@ def test_arguments_and_answers_are_shown_in_words() -> None:
             "Not done: the question was cancelled.",
         ),
         (
-            Completed(result={"booked": False, "reason": "booking not confirmed"}),
+            Completed(result={"booked": False, "reason": "booking not confirmed"}, done=False),
             "Not done",
             "Not done: booking not confirmed.",
         ),
@@ -250,6 +254,30 @@ def test_badges_match_what_happened(outcome: Outcome, badge: str, words: str) ->
     assert f">{badge}</span>" in status_html
     assert words in str(render_result(call))
     assert "KeyError" not in str(render_result(call))
+
+
+async def test_only_the_field_a_tool_declares_says_it_did_not_do_its_job() -> None:
+    not_booked = {"booked": False, "reason": "no seat was free"}
+
+    async def book(params: BaseModel, ctx: object) -> dict[str, Any]:
+        return not_booked
+
+    declared = create_mcp_tool("declared").elicits().done_when("booked").execute(book)
+    run = await run_tool(declared)
+    assert run.outcome == Completed(result=not_booked, done=False)
+    call = ToolCallView("c1", "declared", {}, run.status, run.result, ended=run.outcome)
+    assert (call.badge, "Not done: no seat was free." in str(render_result(call))) == (
+        "Not done",
+        True,
+    )
+    # Without the declaration nothing is guessed from the result's fields: the tool returned.
+    silent = await run_tool(create_mcp_tool("silent").elicits().execute(book))
+    assert silent.outcome == Completed(result=not_booked, done=True)
+    assert ToolCallView("c2", "silent", {}, silent.status, ended=silent.outcome).badge == "Done"
+    # A declared field the result lacks (or holds true) is not a "no".
+    assert completed({"reason": "x"}, [], "booked") == Completed(result={"reason": "x"})
+    with pytest.raises(ToolDefinitionError, match=r"\.done_when\(\) takes the name"):
+        create_mcp_tool("bad").done_when("not a field")
 
 
 def tool_turn(content: str) -> list[dict[str, Any]]:

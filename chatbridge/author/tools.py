@@ -116,6 +116,8 @@ class McpTool(Generic[P, R]):
     transports: frozenset[str] = frozenset(TRANSPORTS)
     # What its questions offer besides an answer, by key (``.exits()``).
     exits: Mapping[str, QuestionExits] = field(default_factory=dict)
+    # The result field that says whether the tool did its job (``.done_when``; "" for none).
+    done_field: str = ""
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -176,6 +178,7 @@ class McpToolBuilder(Generic[P]):
         self._commitments: dict[str, Commitment] = {}
         self._exits: dict[str, QuestionExits] = {}
         self._transports = frozenset(TRANSPORTS)
+        self._done_field = ""
 
     def description(self, text: str) -> McpToolBuilder[P]:
         """What the tool does, as the LLM will read it."""
@@ -200,6 +203,20 @@ class McpToolBuilder(Generic[P]):
         destructive, so MCP clients that confirm such tools confirm it too.
         """
         self._needs_approval = required
+        return self
+
+    def done_when(self, field: str) -> McpToolBuilder[P]:
+        """Name the result field that says whether the tool did its job: a call whose result
+        has it false (``{"booked": false, "reason": "payment declined"}``) ended as not done,
+        and the chat's card says "Not done" (with the result's ``reason``) instead of "Done".
+        Without it, a tool that returns has done its job; ChatBridge never guesses from a
+        result's fields."""
+        if not isinstance(field, str) or not field.isidentifier():
+            raise ToolDefinitionError(
+                f"Tool {self._name!r}: .done_when() takes the name of a result field, "
+                f"got {field!r}."
+            )
+        self._done_field = field
         return self
 
     def served_on(self, *transports: str) -> McpToolBuilder[P]:
@@ -355,6 +372,7 @@ class McpToolBuilder(Generic[P]):
             commitments=dict(self._commitments),
             transports=self._transports,
             exits=dict(self._exits),
+            done_field=self._done_field,
         )
 
     def _effective_hints(self) -> ToolHints:

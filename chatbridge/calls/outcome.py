@@ -72,10 +72,12 @@ class _Outcome(BaseModel):
 
 
 class Completed(_Outcome):
-    """The tool returned ``result``."""
+    """The tool returned ``result``; ``done`` is false when the result's field the tool
+    declared for it (``.done_when``) says it did not do its job."""
 
     kind: Literal["completed"] = "completed"
     result: Any = None
+    done: bool = True
 
 
 class Declined(_Outcome):
@@ -150,9 +152,13 @@ def stopper_of(aborted_by: str | None) -> tuple[Stopper, str]:
     return _STOPPERS.get(code, "system"), ""
 
 
-def completed(result: Any, journal: Iterable[JournalEntry]) -> Completed | Declined | Cancelled:
+def completed(
+    result: Any, journal: Iterable[JournalEntry], done_field: str = ""
+) -> Completed | Declined | Cancelled:
     """A tool that returned: declined (or cancelled) when the last thing it did was receive a
-    Decline (a Cancel) to a question of its own (a fact of its journal, not of its result)."""
+    Decline (a Cancel) to a question of its own (a fact of its journal, not of its result);
+    else completed, and not done when the result's ``done_field`` (the tool's declaration,
+    ``.done_when``) is false."""
     last = None
     for entry in journal:
         if entry.scope == "":
@@ -163,7 +169,8 @@ def completed(result: Any, journal: Iterable[JournalEntry]) -> Completed | Decli
             return Declined(key=last.key, result=result)
         if action == "cancel":
             return Cancelled(key=last.key, result=result)
-    return Completed(result=result)
+    done = not (done_field and isinstance(result, dict) and result.get(done_field) is False)
+    return Completed(result=result, done=done)
 
 
 def aborted(reason: str, aborted_by: str | None, denial: str | None) -> Denied | Aborted:

@@ -525,7 +525,7 @@ class PluginSession:
         """How the call ended, as a value; None while it has not, or when it was parked."""
         match event:
             case CompletedEvent():
-                return completed(event.result, self._journal.entries())
+                return completed(event.result, self._journal.entries(), self.tool.done_field)
             case FailedEvent():
                 return failed(event.exception, event.error)
             case AbortedEvent():

@@ -29,6 +29,7 @@ from chatbridge.calls.outcome import (
     Failed,
     Outcome,
     call_status,
+    describe,
 )
 from chatbridge.chat.chat_errors import chat_error_text
 from chatbridge.chat.earlier_versions import fork_marker, group_forks
@@ -85,12 +86,15 @@ class ToolCallView:
     @property
     def outcome(self) -> str:
         """What happened, as the badge tells it (not only the session's status): a call whose
-        question was declined or cancelled, or whose own result says it did not do its job."""
+        question was declined or cancelled, or whose result says, in the field its tool
+        declared (``.done_when``), that it did not do its job."""
         match self.ended:
             case None:
                 return self.status
+            case Completed(done=True):
+                return "completed"
             case Completed():
-                return _result_outcome(self.ended.result)
+                return "incomplete"
             case Declined():
                 return "declined"
             case Cancelled():
@@ -145,17 +149,6 @@ BADGES = {
     "denied": gettext_noop("Denied"),
     "failed": gettext_noop("Failed"),
 }
-_DONE_FLAGS = ("booked", "ok", "success", "done", "received", "chosen", "picked", "sent")
-
-
-def _result_outcome(result: Any) -> str:
-    """ "completed", or "incomplete" ("cancelled") when the tool's own result says, in its
-    flags, that it did not do its job (``{"booked": false}``, ``{"cancelled": true}``)."""
-    if not isinstance(result, Mapping):
-        return "completed"
-    if result.get("cancelled") is True:
-        return "cancelled"
-    return "incomplete" if any(result.get(flag) is False for flag in _DONE_FLAGS) else "completed"
 
 
 def render_form(
@@ -220,15 +213,12 @@ def _recorded_notes(row: ToolSession) -> tuple[list[LogLine], ProgressNote | Non
     return logs, progress
 
 
-def _unrecorded_outcome(content: str) -> tuple[str, Any, str | None]:
-    """A call that never became a session (unknown tool, invalid arguments, lost session):
-    its tool message is all there is, and it can only say why the call failed."""
-    if content.startswith("Error:"):
-        return "failed", None, content.removeprefix("Error:").strip()
-    try:
-        return "completed", json.loads(content), None
-    except ValueError:
-        return "completed", content, None
+def _unrecorded_outcome(answer: Mapping[str, Any]) -> Outcome | None:
+    """How a call without a session row ended (it never became one: an unknown tool, invalid
+    arguments, a lost session; or retention removed it): the outcome kept beside its tool
+    message (``ToolReply``), never read from the message's text. None: not on record."""
+    kept = answer.get("outcome")
+    return OUTCOME.validate_python(kept) if kept is not None else None
 
 
 def transcript(
@@ -241,7 +231,8 @@ def transcript(
     conversation's forks left (``forks``: each message's fork number, 0 for none), grouped.
 
     A tool card's status, result and error come from its call's session row (``sessions``,
-    by call id); only a call without one falls back to its tool message.
+    by call id); only a call without one falls back to the outcome kept with its tool message
+    (a tool message's ``"outcome"``, beside what the model reads).
     """
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     items: list[dict[str, Any]] = []
@@ -276,10 +267,12 @@ def transcript(
                 call.error = row.error or None
                 call.logs, call.progress = _recorded_notes(row)
                 call.commitment = _recorded_commitment(row)
-            elif answer is not None:
-                call.status, call.result, call.error = _unrecorded_outcome(
-                    str(answer.get("content") or "")
+            elif answer is not None and (ended := _unrecorded_outcome(answer)) is not None:
+                call.ended, call.status = ended, call_status(ended)
+                call.result = (
+                    ended.result if isinstance(ended, Completed | Declined | Cancelled) else None
                 )
+                call.error = describe(ended) or None
             card = mark_safe(tool_card(call))  # noqa: S308
             items.append({"kind": "tool", "html": card, "fork": fork})
     return group_forks(items)

@@ -167,7 +167,7 @@ def conversation(request: HttpRequest, conversation_id: UUID) -> HttpResponse:
             "conversation": current,
             "listing": chat_list(owner, current),  # the sidebar's first page
             "items": transcript(
-                [m.as_llm_message() for m in stored],
+                [{**m.as_llm_message(), "outcome": m.outcome} for m in stored],
                 [m.id for m in stored],
                 sessions,
                 [m.abandoned for m in stored],

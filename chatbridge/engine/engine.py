@@ -401,4 +401,4 @@ class ChatHub(HubControls):
     async def execute_tool_call(self, conversation_id: str, call: ToolCallRequest) -> str:
         """Run one tool call to its end; return the tool message for the model."""
         with self._held(conversation_id) as conv:
-            return await self.runner.run(conv, call)
+            return (await self.runner.run(conv, call)).content

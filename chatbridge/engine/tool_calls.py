@@ -60,7 +60,7 @@ from chatbridge.engine.protocol import (
     ProgressNote,
     ToolCallEvent,
 )
-from chatbridge.engine.tool_message import tool_message
+from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran, tool_message
 
 __all__ = ["FormRenderer", "FormSurface", "ToolCallRunner", "change_answer", "ended_call"]
 
@@ -106,18 +106,20 @@ class ToolCallRunner:
         self.registry, self.manager, self.sink = registry, manager, sink
         self.render_form, self.set_phase = render_form, set_phase
 
-    async def run(self, conv: LiveConversation, call: ToolCallRequest) -> str:
+    async def run(self, conv: LiveConversation, call: ToolCallRequest) -> ToolReply:
         """Run one tool call to its end; return the tool message for the model."""
         plugin = self.registry.get(call.name)
         if plugin is None:
             names = ", ".join(p.name for p in self.registry) or "(none)"
-            return f"Error: Unknown tool {call.name!r}. Available tools: {names}."
+            return failed_before_it_ran(f"Unknown tool {call.name!r}. Available tools: {names}.")
         try:
             arguments = json.loads(call.arguments or "{}")
         except ValueError as exc:
-            return f"Error: Arguments for tool {call.name!r} are not valid JSON: {exc}."
+            return failed_before_it_ran(
+                f"Arguments for tool {call.name!r} are not valid JSON: {exc}."
+            )
         if not isinstance(arguments, dict):
-            return f"Error: Arguments for tool {call.name!r} must be a JSON object."
+            return failed_before_it_ran(f"Arguments for tool {call.name!r} must be a JSON object.")
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
         try:
             session = await self.manager.create(
@@ -127,22 +129,24 @@ class ToolCallRunner:
             await self.sink(
                 conv.id, event.model_copy(update={"status": "failed", "error": str(exc)})
             )
-            return f"Error: {exc}"
+            return failed_before_it_ran(str(exc), type(exc).__name__)
         conv.calls.add(call.id)
         await self.sink(conv.id, event)
         return await self._drive(conv, plugin, session, event)
 
-    async def resume(self, conv: LiveConversation, call: ResumableCall) -> str:
+    async def resume(self, conv: LiveConversation, call: ResumableCall) -> ToolReply:
         """Resume a suspended call by replaying its journal (after a restart or a takeover)."""
         try:
             return await self._resume(conv, call)
         finally:
             conv.resumed(call.call_id)  # ended without showing a question (or showed it)
 
-    async def _resume(self, conv: LiveConversation, call: ResumableCall) -> str:
+    async def _resume(self, conv: LiveConversation, call: ResumableCall) -> ToolReply:
         plugin = self.registry.get(call.tool_name)
         if plugin is None:
-            return f"Error: Unknown tool {call.tool_name!r}; the call cannot be resumed."
+            return failed_before_it_ran(
+                f"Unknown tool {call.tool_name!r}; the call cannot be resumed."
+            )
         try:
             session = await self.manager.create(
                 plugin.tool,
@@ -153,7 +157,7 @@ class ToolCallRunner:
                 abort_requested=call.abort_requested,
             )
         except (InvalidToolParams, DuplicateSession) as exc:
-            return f"Error: {exc}"
+            return failed_before_it_ran(str(exc), type(exc).__name__)
         conv.calls.add(call.call_id)
         started = ToolCallEvent(
             call_id=call.call_id, tool_name=call.tool_name, arguments=call.arguments
@@ -166,7 +170,7 @@ class ToolCallRunner:
         plugin: Plugin,
         session: PluginSession,
         started: ToolCallEvent,
-    ) -> str:
+    ) -> ToolReply:
         """Run the call in this conversation to its end; the model's tool message."""
         return await drive(session, ChatHost(self, conv, plugin, session, started))
 
@@ -187,7 +191,7 @@ class ChatHost:
         self.runner, self.conv, self.plugin = runner, conv, plugin
         self.session, self.started = session, started
 
-    async def question(self, request: ElicitRequest) -> Pause[str] | None:
+    async def question(self, request: ElicitRequest) -> Pause[ToolReply] | None:
         if request.key == APPROVAL_KEY:
             await self._approval(self.conv, self.session, request)
         else:
@@ -209,7 +213,7 @@ class ChatHost:
         )
         await self.runner.sink(self.conv.id, note)
 
-    async def ended(self, event: EndEvent) -> str:
+    async def ended(self, event: EndEvent) -> ToolReply:
         session = self.session
         if isinstance(event, FailedEvent) and isinstance(event.exception, ClaimLost):
             raise event.exception  # handed over: the holder reports the call, not us
@@ -220,7 +224,7 @@ class ChatHost:
         await self.runner.sink(
             self.conv.id, ended_call(self.started, outcome, session.aborted_by, said)
         )
-        return tool_message(outcome, said)
+        return ToolReply(tool_message(outcome, said), outcome)
 
     async def _approval(
         self, conv: LiveConversation, session: PluginSession, request: ElicitRequest

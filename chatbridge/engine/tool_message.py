@@ -9,7 +9,8 @@ asked not to quote it to people.
 from __future__ import annotations
 
 import json
-from typing import assert_never
+from dataclasses import dataclass
+from typing import Any, assert_never
 
 from chatbridge.calls.outcome import (
     Aborted,
@@ -28,6 +29,8 @@ __all__ = [
     "OPERATOR_PREFIX",
     "REFUSED_PREFIX",
     "USER_STOPPED_PREFIX",
+    "ToolReply",
+    "failed_before_it_ran",
     "tool_message",
 ]
 
@@ -38,6 +41,31 @@ REFUSED_PREFIX = "Answer refused:"
 NOT_QUOTED = " (Tell the user in plain words that it did not work; do not quote this error.)"
 # What the chat's Abort sends when the user typed no reason: not worth repeating to the model.
 _NO_REASON = ("aborted by the user", "aborted")
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """A tool call's end in the conversation: the tool message the model reads (``content``)
+    and, beside it on record, the call's ``outcome``, which the page shows when the call has
+    no session row of its own. Nobody reads an outcome back from ``content``."""
+
+    content: str
+    outcome: Outcome
+
+    def message(self, call_id: str) -> dict[str, Any]:
+        """The tool message to append (the store keeps ``outcome`` off what the model reads)."""
+        return {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": self.content,
+            "outcome": self.outcome.model_dump(mode="json"),
+        }
+
+
+def failed_before_it_ran(why: str, error_type: str = "") -> ToolReply:
+    """A call that failed before it had a session (an unknown tool, arguments that are not
+    valid), or whose session was lost: the model is told ``Error: why``."""
+    return ToolReply(f"Error: {why}", Failed(error_type=error_type, message=why))
 
 
 def _their(reason: str) -> str:

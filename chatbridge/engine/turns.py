@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from chatbridge.author.exceptions import ClaimLost
 from chatbridge.author.language import gettext as _
+from chatbridge.calls.outcome import Failed
 from chatbridge.engine.completion import Completion, ToolCallRequest, stream_completion
 from chatbridge.engine.conversation import (
     LOST_SESSION_MESSAGE,
@@ -39,6 +40,7 @@ from chatbridge.engine.protocol import (
     SessionError,
     UserMessage,
 )
+from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran
 
 if TYPE_CHECKING:
     from chatbridge.author.plugins import PluginRegistry
@@ -57,6 +59,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("chatbridge.engine")
+
+# A call left without its result by a lost session: the model is told to retry it.
+LOST_SESSION = ToolReply(
+    LOST_SESSION_MESSAGE, Failed(error_type="", message="The tool session was lost.")
+)
 
 LEASE_RENEW_SECONDS = 5.0  # the lease lasts longer (see the store): a few renewals may fail
 
@@ -300,22 +307,19 @@ class Turns:
         self,
         conv: LiveConversation,
         call_ids: Sequence[str],
-        outcomes: Sequence[str | BaseException],
+        replies: Sequence[ToolReply | BaseException],
         history: list[dict[str, Any]] | None = None,
     ) -> None:
-        for outcome in outcomes:
-            if isinstance(outcome, ClaimLost):  # a stale copy: record nothing, stop the turn
-                raise outcome
-        for call_id, outcome in zip(call_ids, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                logger.error("tool call %s failed", call_id, exc_info=outcome)
-                outcome = f"Error: The tool call failed inside the server: {outcome!r}"
-            await self._append(
-                conv,
-                uuid.uuid4().hex,
-                {"role": "tool", "tool_call_id": call_id, "content": outcome},
-                history,
-            )
+        for reply in replies:
+            if isinstance(reply, ClaimLost):  # a stale copy: record nothing, stop the turn
+                raise reply
+        for call_id, reply in zip(call_ids, replies, strict=True):
+            if isinstance(reply, BaseException):
+                logger.error("tool call %s failed", call_id, exc_info=reply)
+                reply = failed_before_it_ran(
+                    f"The tool call failed inside the server: {reply!r}", type(reply).__name__
+                )
+            await self._append(conv, uuid.uuid4().hex, reply.message(call_id), history)
 
     async def _recover_lost(
         self, conv: LiveConversation, sessions: dict[str, str], history: list[dict[str, Any]]
@@ -333,12 +337,7 @@ class Turns:
                     message=_("The tool session was lost (for example in a restart)."),
                 ),
             )
-            await self._append(
-                conv,
-                uuid.uuid4().hex,
-                {"role": "tool", "tool_call_id": call_id, "content": LOST_SESSION_MESSAGE},
-                history,
-            )
+            await self._append(conv, uuid.uuid4().hex, LOST_SESSION.message(call_id), history)
 
     async def _stream_reply(
         self, conv: LiveConversation, history: list[dict[str, Any]]

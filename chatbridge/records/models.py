@@ -131,6 +131,12 @@ class Message(models.Model):
     stopped = models.BooleanField(
         default=False, help_text="a reply the user stopped: its content is what was shown"
     )
+    outcome = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="a tool message's call as it ended (chatbridge.calls.outcome): what its card "
+        "shows when the call has no session row (it never started, or retention removed it)",
+    )
     abandoned = models.PositiveIntegerField(
         default=0,
         help_text="0 in the conversation the model reads; n: left by the conversation's n-th "

@@ -13,7 +13,7 @@ from typing import Literal
 from django.utils import timezone
 
 from chatbridge.calls.outcome import Outcome, aborted, describe
-from chatbridge.engine.tool_message import tool_message
+from chatbridge.engine.tool_message import ToolReply, tool_message
 from chatbridge.records import lease
 from chatbridge.records.models import ACTIVE_STATUSES, Message, ToolSession, aborted_row
 from chatbridge.records.store import append_message
@@ -64,5 +64,5 @@ def _tell_the_model(session: ToolSession, outcome: Outcome) -> None:
         append_message(
             str(session.conversation_id),
             uuid.uuid4().hex,
-            {"role": "tool", "tool_call_id": session.id, "content": tool_message(outcome)},
+            ToolReply(tool_message(outcome), outcome).message(session.id),
         )

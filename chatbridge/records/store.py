@@ -101,6 +101,7 @@ def _append_message(conversation_id: str, message_id: str, message: dict[str, An
         "tool_calls": message.get("tool_calls"),
         "tool_call_id": message.get("tool_call_id") or "",
         "stopped": bool(message.get("stopped")),  # not part of what the model reads
+        "outcome": message.get("outcome"),  # nor this: a tool message's call as it ended
         "created_at": now,
     }
     first = message["role"] == "user" and not lean_sql.max_of(  # the first the model reads

@@ -226,6 +226,7 @@ book_flight = (
     .parameters(BookFlightParams)
     .elicits(PICK_FLIGHT, PICK_SEAT, REVIEW, PAYMENT)
     .commits(PAYMENT, compensate=refund_payment, label="the payment")
+    .done_when("booked")  # {"booked": false, "reason": ...}: the card says "Not done"
     # Each later question offers to change an earlier answer; none once the payment is made.
     .exits(PICK_SEAT, change={PICK_FLIGHT: _CHANGE_FLIGHT})
     .exits(REVIEW, change=_CHANGE_BOTH, decline=Exit(_DONT_BOOK, _NOTHING_CHARGED), cancel=None)

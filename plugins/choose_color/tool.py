@@ -54,6 +54,7 @@ choose_color = (
     .example("Choose a colour")
     .parameters(ColorParams)
     .elicits(color=ColorChoice)
+    .done_when("chosen")
     .execute(run)
 )
 

@@ -54,6 +54,7 @@ send_feedback = (
     .description("Send feedback about ChatBridge to the team (asks for approval first).")
     .example("Send feedback")
     .elicits(feedback=Feedback)
+    .done_when("received")
     .needs_approval()
     .execute(run)
 )
