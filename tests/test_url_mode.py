@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pydantic import BaseModel
 
 from chatbridge import (
     Accept,
+    AnswerRefused,
     Cancel,
     Decline,
     ElicitInBranch,
@@ -20,6 +21,7 @@ from chatbridge import (
     PluginDefinitionError,
     SessionManager,
     ToolContext,
+    answer_rule,
     create_mcp_tool,
     make_plugin,
 )
@@ -95,6 +97,38 @@ async def test_page_answer_reaches_the_tool_and_is_journaled_without_the_link(
     assert token_of(url) not in repr(session.journal)
     with pytest.raises(LinkUnusable, match="already used"):  # one time
         await links.complete(token_of(url), Paid(payment_token="t2", last4="1111"), url_manager)
+
+
+class Counted(BaseModel):
+    """A page's answer whose rule counts how often it runs."""
+
+    runs: ClassVar[list[str]] = []
+    last4: str
+
+    @answer_rule("last4")
+    def _digits(cls, last4: str, context: dict[str, Any]) -> None:
+        cls.runs.append(last4)
+        if not last4.isdigit():
+            raise AnswerRefused("Four digits, please.")
+
+
+async def pay_counted(params: Params, ctx: ToolContext) -> str:
+    paid = await ctx.elicit_url("payment", message="Pay", amount=params.amount)
+    return paid.content.last4 if paid.accepted else paid.action
+
+
+async def test_a_page_answer_is_validated_once_on_its_way_to_the_tool(
+    url_manager: SessionManager, links: MemoryUrlLinks
+) -> None:
+    counted = create_mcp_tool("pay_counted").parameters(Params).elicits(payment=Counted)
+    session = await url_manager.create(counted.execute(pay_counted), {"amount": 5}, call_id="c9")
+    await until_pause(session)
+    token = token_of(session.pending.url)
+    with pytest.raises(ElicitValidationError, match="Four digits"):
+        await links.complete(token, {"last4": "abcd"}, url_manager)  # the page shows why
+    await links.complete(token, {"last4": "4242"}, url_manager)
+    assert await until_pause(session) == [("completed", "4242")]
+    assert Counted.runs == ["abcd", "4242"]  # the link checked each; the question took it
 
 
 async def test_replay_returns_the_recorded_answer_without_a_new_link(

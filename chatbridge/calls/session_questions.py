@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chatbridge.author.elicit import (
+    Accept,
     Cancel,
     ElicitId,
     ElicitRequest,
@@ -144,7 +145,8 @@ class SessionQuestions:
         the last refused answer the question takes (``TooManyRefusedAnswers``: it closed).
 
         A URL question (``ctx.elicit_url``) takes ``Accept`` only from its page (``by_page``):
-        a host may decline or cancel it, never answer it.
+        a host may decline or cancel it, never answer it. A page's answer that its link
+        validated in this process (content of the question's model) is not validated again.
         """
         wanted = str(elicit_id)
         question = self.open(wanted)
@@ -155,7 +157,10 @@ class SessionQuestions:
                 model = request.schema.model.__name__
                 msg = [{"loc": ("action",), "msg": ON_ITS_PAGE}]
                 raise ElicitValidationError(wanted, model, msg)
-        validated = await self.check_answer(wanted, result)
+        if by_page and isinstance(result, Accept) and type(result.content) is request.schema.model:
+            validated: ElicitResult[Any] = result  # the page's link validated it, just now
+        else:
+            validated = await self.check_answer(wanted, result)
         if request.mode == "url" and not by_page and self._links is not None:
             # A host's Decline or Cancel races the page: the one that closes the link first
             # ends the question. The page won: its answer is on its way here.
