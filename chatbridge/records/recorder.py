@@ -13,7 +13,6 @@ if no other worker holds it.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from django.db.models import F
@@ -25,17 +24,10 @@ from chatbridge.calls.outcome import describe
 from chatbridge.calls.sessions import PluginSession
 from chatbridge.calls.transports import HELD_BY_REQUEST
 from chatbridge.records import lean_sql, lease
-from chatbridge.records.call_notes import (
-    MAX_LOG_LINES,
-    log_line,
-    note,
-    progress_note,
-    save_notes,
-    take_progress,
-)
+from chatbridge.records.call_notes import MAX_LOG_LINES, CallNotes, log_line, progress_note
 from chatbridge.records.lease import WORKER_ID
 from chatbridge.records.models import FINAL_PHASE, NO_PENDING, JournalRecord, ToolSession
-from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
+from chatbridge.records.writer import Latest, write_later, write_now, write_soon
 
 __all__ = ["MAX_LOG_LINES", "WORKER_ID", "DjangoRecorder"]
 
@@ -76,54 +68,7 @@ def _status_snapshot(session: PluginSession) -> dict[str, Any]:
     return {"status": session.status, "updated_at": timezone.now(), **_pending_fields(session)}
 
 
-# A call's latest status snapshot not written yet, per call id: the writes of a burst of status
-# changes (running, then the next question) are one. The event loop puts, the writer thread
-# takes: every access holds the lock.
-_latest_status: dict[str, dict[str, Any]] = {}
-_latest_status_lock = threading.Lock()
-
-
-def _keep_status(session_id: str, fields: dict[str, Any]) -> bool:
-    """Keep the latest snapshot; True if a write must be queued (none is)."""
-    with _latest_status_lock:
-        queued = session_id in _latest_status
-        _latest_status[session_id] = fields
-    return not queued
-
-
-def _save_status(session_id: str) -> bool | None:
-    """Write the call's latest snapshot, fenced by its lease: whether this worker holds the
-    call (the update found its row), or None if no snapshot was left to write."""
-    with _latest_status_lock:
-        fields = _latest_status.pop(session_id, None)
-    if fields is None:
-        return None
-    undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, fields))
-    fields = {**fields, **take_progress(session_id)}
-    return bool(lean_sql.update(ToolSession, fields, **lease.held(session_id)))
-
-
 _Asked = tuple[str, int, str, str, dict[str, Any], Any]  # ``_requested``'s arguments
-
-
-def _save_question(session_id: str, asked: _Asked | None) -> None:
-    """A question on record before it is shown, in one job: the call's status with the
-    question (fenced by the lease) and the question's journal request, whose lease check is
-    that update (no read of its own)."""
-    held = _save_status(session_id)
-    if asked is None:
-        return
-    if held is None:  # an earlier group wrote the snapshot: the request checks for itself
-        _requested(*asked)
-    elif held:
-        _request_row(*asked)
-
-
-def _put_back(latest: dict[str, Any], lock: threading.Lock, key: str, value: Any) -> None:
-    """A write that took ``value`` runs again (the database went away): it finds it again,
-    unless a newer one came meanwhile."""
-    with lock:
-        latest.setdefault(key, value)
 
 
 def _requested(
@@ -156,7 +101,9 @@ def _request_row(
     )
 
 
-def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = False) -> None:
+def _append(
+    session_id: str, entry: JournalEntry, now: Any, snapshot: dict[str, Any] | None, commits: bool
+) -> None:
     """Write ``entry`` in one transaction with the check that this worker holds the call: a
     ``write_now``, which the writer runs in a transaction or savepoint of its own, so the
     check and the entry stand or fall together (no savepoint of its own: two statements less
@@ -165,12 +112,8 @@ def _append(session_id: str, entry: JournalEntry, now: Any, commits: bool = Fals
     The fenced update of the call's row is the check (and takes the row's lock where the
     database has row locks); only when it finds nothing is the row read, to say why. An entry
     that ``commits`` the call marks its row committed in the same transaction, and the call's
-    status snapshot waiting to be written (``running``, once the answer came) goes in the same
-    update."""
-    with _latest_status_lock:
-        snapshot = _latest_status.pop(session_id, None)
-    if snapshot is not None:
-        undo_on_retry(lambda: _put_back(_latest_status, _latest_status_lock, session_id, snapshot))
+    status ``snapshot`` waiting to be written (``running``, once the answer came) goes in the
+    same update."""
     row: dict[str, Any] = {**(snapshot or {}), "updated_at": now}
     if commits:
         row["committed"] = entry.key
@@ -260,13 +203,6 @@ def _abort_deferred(session_id: str, commitment: dict[str, Any]) -> None:
     lean_sql.update(ToolSession, {"commitment": commitment}, **lease.held(session_id))
 
 
-def _ended_fields(session_id: str, fields: dict[str, Any]) -> None:
-    with _latest_status_lock:
-        _latest_status.pop(session_id, None)  # the end supersedes any status not written yet
-    if not lease.release(session_id, {**fields, **take_progress(session_id)}):
-        logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
-
-
 def _chat(session: PluginSession) -> bool:
     """A call of the chat: its turn goes on to a write that waits (the tool's next question,
     its result message, the turn's release), which carries what the call queued before it."""
@@ -288,6 +224,41 @@ class DjangoRecorder:
     def __init__(self) -> None:
         # Call id → its question's journal request, until the status that shows it is written.
         self._asked: dict[str, _Asked] = {}
+        # Call id → its latest status snapshot not written yet: the writes of a burst of
+        # status changes (running, then the next question) are one.
+        self._statuses: Latest[dict[str, Any]] = Latest()
+        self._notes = CallNotes()  # call id → its log lines and progress not written yet
+
+    # Writes, run on the writer's thread.
+
+    def _save_status(self, session_id: str) -> bool | None:
+        """Write the call's latest snapshot, fenced by its lease: whether this worker holds
+        the call (the update found its row), or None if no snapshot was left to write."""
+        fields = self._statuses.take(session_id)
+        if fields is None:
+            return None
+        fields = {**fields, **self._notes.take_progress(session_id)}
+        return bool(lean_sql.update(ToolSession, fields, **lease.held(session_id)))
+
+    def _save_question(self, session_id: str, asked: _Asked | None) -> None:
+        """A question on record before it is shown, in one job: the call's status with the
+        question (fenced by the lease) and the question's journal request, whose lease check
+        is that update (no read of its own)."""
+        held = self._save_status(session_id)
+        if asked is None:
+            return
+        if held is None:  # an earlier group wrote the snapshot: the request checks for itself
+            _requested(*asked)
+        elif held:
+            _request_row(*asked)
+
+    def _append(self, session_id: str, entry: JournalEntry, now: Any, commits: bool) -> None:
+        _append(session_id, entry, now, self._statuses.take(session_id), commits)
+
+    def _ended(self, session_id: str, fields: dict[str, Any]) -> None:
+        self._statuses.drop(session_id)  # the end supersedes any status not written yet
+        if not lease.release(session_id, {**fields, **self._notes.take_progress(session_id)}):
+            logger.info("call %s ended here, but another worker holds it: not recorded", session_id)
 
     async def append(self, session: PluginSession, entry: JournalEntry) -> None:
         commitment = session.commitment
@@ -296,7 +267,7 @@ class DjangoRecorder:
             and (entry.kind, entry.key, entry.scope) == ("elicit", commitment.key, "")
             and entry.result.get("action") == "accept"
         )
-        await write_now(_append, session.id, entry, timezone.now(), commits)
+        await write_now(self._append, session.id, entry, timezone.now(), commits)
 
     async def start_step(
         self, session: PluginSession, entry: JournalEntry, request: dict[str, Any]
@@ -316,15 +287,15 @@ class DjangoRecorder:
         # A snapshot now: the session moves on before a queued write runs. A question is on
         # record before it is shown (operators and other workers look for it there); the
         # other changes are written in the background, the latest of a burst once.
-        queued = not _keep_status(session.id, _status_snapshot(session))
+        queued = not self._statuses.keep(session.id, _status_snapshot(session))
         asked = self._asked.pop(session.id, None)
         if session.status == "awaiting_elicit":
-            await write_now(_save_question, session.id, asked)
+            await write_now(self._save_question, session.id, asked)
             return
         if asked is not None:  # answered before it waited (its page had reported)
             write_later(_requested, *asked)
         if not queued:
-            write_later(_save_status, session.id)
+            write_later(self._save_status, session.id)
 
     async def capability_requested(
         self, session: PluginSession, seq: int, kind: EntryKind, key: str, request: dict[str, Any]
@@ -350,12 +321,12 @@ class DjangoRecorder:
         write_later(_rejected, session.id, elicit_id, data, errors, timezone.now())
 
     async def log_emitted(self, session: PluginSession, event: LogEvent) -> None:
-        if note(session.id, log=log_line(event)):
-            write_later(save_notes, session.id)
+        if self._notes.note(session.id, log=log_line(event)):
+            write_later(self._notes.save, session.id)
 
     async def progress_emitted(self, session: PluginSession, event: ProgressEvent) -> None:
-        if note(session.id, progress=progress_note(event)):
-            write_later(save_notes, session.id)
+        if self._notes.note(session.id, progress=progress_note(event)):
+            write_later(self._notes.save, session.id)
 
     async def abort_deferred(self, session: PluginSession) -> None:
         requested = session.abort_requested
@@ -373,4 +344,4 @@ class DjangoRecorder:
             write_later(_requested, *asked)
         # Waited for on every transport: the session tells its host of the end only once it
         # is on record (a crash after the person was told "booked" must not take it back).
-        await write_now(_ended_fields, session.id, _ended_snapshot(session, event))
+        await write_now(self._ended, session.id, _ended_snapshot(session, event))

@@ -8,7 +8,6 @@ phase, the calls a conversation may resume, who owns a conversation.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -46,7 +45,7 @@ from chatbridge.records.models import (
 )
 from chatbridge.records.outage import db_call
 from chatbridge.records.turn_leases import LEASE_SECONDS
-from chatbridge.records.writer import undo_on_retry, write_later, write_now, write_soon
+from chatbridge.records.writer import Latest, write_later, write_now, write_soon
 
 __all__ = [
     "HEARTBEAT_SECONDS",
@@ -141,35 +140,9 @@ def _fork(conversation_id: str, message_id: str, edit: bool) -> tuple[Fork, list
     return fork_messages(conversation_id, message_id, edit), _messages(conversation_id)
 
 
-# A turn passes through several phases in a few milliseconds; only the latest one needs
-# writing, and queued phase writes would delay the journal writes that wait behind them.
-# The event loop sets it and the writer thread takes it: every access holds the lock.
-_latest_phase: dict[str, str] = {}
-_latest_phase_lock = threading.Lock()
-
-
-def _note_phase(conversation_id: str, phase: str) -> bool:
-    """Record the latest phase; True if a write must be queued (none is queued yet)."""
-    with _latest_phase_lock:
-        queued = conversation_id in _latest_phase
-        _latest_phase[conversation_id] = phase
-    return not queued
-
-
-def _save_latest_phase(conversation_id: str) -> None:
-    with _latest_phase_lock:
-        phase = _latest_phase.pop(conversation_id, None)
-    if phase is None:
-        return
-    undo_on_retry(lambda: _phase_back(conversation_id, phase))
+def _save_phase(conversation_id: str, phase: str) -> None:
     lean_sql.update(Conversation, {"phase": phase}, id=conversation_id)
     lean_sql.update(ToolSession, {"phase": phase}, conversation_id=conversation_id, ended_at=None)
-
-
-def _phase_back(conversation_id: str, phase: str) -> None:
-    """The write runs again (the database went away): it finds its phase, or a newer one."""
-    with _latest_phase_lock:
-        _latest_phase.setdefault(conversation_id, phase)
 
 
 def _resumable(conversation_id: str) -> list[ResumableCall]:
@@ -230,6 +203,10 @@ class DjangoStore:
         # turn appends) until the lease is released: while this worker holds the lease, only
         # its turn appends to the conversation.
         self._histories: dict[str, list[dict[str, Any]]] = {}
+        # Conversation id → its latest phase not written yet. A turn passes through several
+        # phases in a few milliseconds; only the latest one needs writing, and queued phase
+        # writes would delay the journal writes that wait behind them.
+        self._phases: Latest[str] = Latest()
 
     async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
         kept = self._histories.get(conversation_id)
@@ -267,8 +244,14 @@ class DjangoStore:
     async def save_phase(self, conversation_id: str, phase: Phase) -> None:
         if phase == "done":  # ``release_turn`` writes it, in the statement that ends the turn
             return
-        if _note_phase(conversation_id, phase):  # for the admin; off the hot path, coalesced
-            write_later(_save_latest_phase, conversation_id)
+        if self._phases.keep(conversation_id, phase):  # for the admin; off the hot path
+            write_later(self._save_latest_phase, conversation_id)
+
+    def _save_latest_phase(self, conversation_id: str) -> None:
+        """On the writer's thread: the conversation's latest phase, and its live calls'."""
+        phase = self._phases.take(conversation_id)
+        if phase is not None:
+            _save_phase(conversation_id, phase)
 
     async def resumable(self, conversation_id: str) -> list[ResumableCall]:
         return await db_call(_resumable, conversation_id)
@@ -339,8 +322,7 @@ class DjangoStore:
 
     async def release_turn(self, conversation_id: str) -> bool:
         self._histories.pop(conversation_id, None)
-        with _latest_phase_lock:  # "done" supersedes a phase not written yet
-            _latest_phase.pop(conversation_id, None)
+        self._phases.drop(conversation_id)  # "done" supersedes a phase not written yet
         return bool(await write_now(turn_leases.release_turn, conversation_id))
 
     async def turn_holder(self, conversation_id: str) -> str:

@@ -30,7 +30,8 @@ While the database is away (a restart) a group that failed for that reason runs 
 and in order, until the database is back or its writes have waited
 ``CHATBRIDGE_DB_RETRY_SECONDS`` (then they fail). So every write must be idempotent (a group
 whose commit was cut off may have committed); one that takes data kept in memory (coalesced
-status, phase and log writes) says with ``undo_on_retry`` how to put it back.
+status, phase and log writes, each in a ``Latest`` of the recorder or store that writes it)
+says with ``undo_on_retry`` how to put it back.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -56,6 +58,7 @@ from chatbridge.records.outage import (
 __all__ = [
     "LINGER",
     "MAX_GROUP",
+    "Latest",
     "Writer",
     "WriterNotRunning",
     "flush",
@@ -310,3 +313,63 @@ def write_soon(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 async def flush() -> None:
     """Wait until every write queued so far, in both lanes, is done."""
     await _writer().flush()
+
+
+V = TypeVar("V")
+
+
+def _newer(taken: V, newer: V) -> V:
+    return newer
+
+
+class Latest(Generic[V]):
+    """What waits to be written, per key: the latest of a burst of changes (a call's status, a
+    turn's phase, a call's log lines and progress), so that the burst is one write. The event
+    loop keeps values, the writer's thread takes them; every access holds the lock. A write that
+    took a value and runs again finds it again, merged with what came meanwhile. Each belongs
+    to the recorder or store that writes it (the runtime's): a runtime started after another in
+    the same process starts with nothing waiting.
+
+    ``restore(taken, newer)``: what waits after a write that took ``taken`` must run again
+    while ``newer`` came (by default the newer one; the log lines of a call keep both)."""
+
+    def __init__(self, restore: Callable[[V, V], V] = _newer) -> None:
+        self._values: dict[str, V] = {}
+        self._lock = threading.Lock()
+        self._restore = restore
+
+    def keep(self, key: str, value: V) -> bool:
+        """``value`` waits for ``key`` (replacing one that waited); True if a write must be
+        queued (none waited)."""
+        with self._lock:
+            queued = key in self._values
+            self._values[key] = value
+        return not queued
+
+    def update(self, key: str, change: Callable[[V | None], V]) -> bool:
+        """What waits for ``key`` becomes ``change(it)``; True if a write must be queued."""
+        with self._lock:
+            waiting = self._values.get(key)
+            self._values[key] = change(waiting)
+        return waiting is None
+
+    def take(self, key: str, only: Callable[[V], bool] | None = None) -> V | None:
+        """On the writer's thread: the value waiting for ``key``, no longer waiting (None if
+        none waits, or ``only`` says this write does not take it)."""
+        with self._lock:
+            value = self._values.get(key)
+            if value is None or (only is not None and not only(value)):
+                return None
+            del self._values[key]
+        undo_on_retry(lambda: self._put_back(key, value))
+        return value
+
+    def drop(self, key: str) -> None:
+        """Nothing waits for ``key`` any more: what is written now supersedes it."""
+        with self._lock:
+            self._values.pop(key, None)
+
+    def _put_back(self, key: str, value: V) -> None:
+        with self._lock:
+            newer = self._values.get(key)
+            self._values[key] = value if newer is None else self._restore(value, newer)
