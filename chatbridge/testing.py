@@ -28,7 +28,11 @@ from pydantic import BaseModel
 
 from chatbridge.author.approval import APPROVAL_KEY
 from chatbridge.author.elicit import Accept, Cancel, Decline, ElicitKey, ElicitRequest
-from chatbridge.author.exceptions import ElicitValidationError, TooManyRefusedAnswers
+from chatbridge.author.exceptions import (
+    ChatBridgeError,
+    ElicitValidationError,
+    TooManyRefusedAnswers,
+)
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.author.tools import McpTool
 from chatbridge.calls.drive import EndEvent, Pause, drive
@@ -43,7 +47,7 @@ OFFLINE_MODEL = "offline/chatbridge-1"
 Answer = Mapping[str, Any] | BaseModel | Accept[Any] | Decline | Cancel | Callable[..., Any]
 
 
-class UnexpectedQuestion(AssertionError):
+class UnexpectedQuestion(ChatBridgeError, AssertionError):
     """The tool asked something the script has no (more) answers for."""
 
 

@@ -29,15 +29,14 @@ NOT_CHATBRIDGE_ERRORS = {
     "chatbridge.records.outage.DatabaseUnavailable",
     # pydantic's error type, which a validator raises.
     "chatbridge.author.rules.AnswerRefused",
-    # Not yet moved: each catch site of ChatBridgeError is to be checked first (see above).
-    "chatbridge.calls.strict_json.NotStrictJson",
+    # Would change what a catch site of ChatBridgeError does: the engine's dispatch refuses a
+    # ChatBridgeError to the user in its own words ("REFUSED"), and a journal write's is the
+    # call's outcome. A lost peer's channel name, a stopped writer or runtime, and a phase
+    # bug are the server's failures: INTERNAL_ERROR, or JournalWriteFailed, as now.
     "chatbridge.cluster.reply_channels.NotDelivered",
     "chatbridge.engine.phases.PhaseError",
-    "chatbridge.mcp.callers.Refusal",
-    "chatbridge.mcp.modes.ModeNotDeclared",
     "chatbridge.records.writer.WriterNotRunning",
     "chatbridge.runtime.RuntimeNotRunning",
-    "chatbridge.testing.UnexpectedQuestion",
 }
 
 

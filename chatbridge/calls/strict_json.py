@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any
 
+from chatbridge.author.exceptions import ChatBridgeError
+
 __all__ = ["NotStrictJson", "loads"]
 
 # \uD800-\uDFFF, any case: only text with such an escape can decode to a lone surrogate, so
@@ -21,7 +23,7 @@ __all__ = ["NotStrictJson", "loads"]
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class NotStrictJson(ValueError):
+class NotStrictJson(ChatBridgeError, ValueError):
     """The text is not JSON the protocol accepts; the message says why."""
 
 

@@ -16,6 +16,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 
+from chatbridge.author.exceptions import ChatBridgeError
+
 __all__ = [
     "OPERATOR",
     "SCOPE_KEY",
@@ -55,7 +57,7 @@ class Caller:
 TokenCheck = Callable[[str], Awaitable[Caller | None]]
 
 
-class Refusal(Exception):
+class Refusal(ChatBridgeError):
     """A request refused before it reaches MCP: an HTTP status and a body in words."""
 
     def __init__(

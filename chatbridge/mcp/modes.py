@@ -22,6 +22,7 @@ from typing import Any, Literal
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
+from chatbridge.author.exceptions import ChatBridgeError
 from chatbridge.calls.outcome import BY_REFUSED
 
 __all__ = [
@@ -39,7 +40,7 @@ REFUSED_BY = BY_REFUSED  # aborted_by of a call stopped by ModeNotDeclared: its 
 MODES_META = "elicitation_modes"  # session meta: the modes of the request that made the call
 
 
-class ModeNotDeclared(Exception):  # noqa: N818 - reads as the situation, like ClientGone
+class ModeNotDeclared(ChatBridgeError):  # noqa: N818 - reads as the situation, like ClientGone
     """The tool asked a question in a mode this client did not declare."""
 
     def __init__(self, tool: str, mode: str, declared: frozenset[str]) -> None:
