@@ -34,7 +34,7 @@ from chatbridge.calls.outcome import (
 from chatbridge.chat.chat_errors import chat_error_text
 from chatbridge.chat.earlier_versions import fork_marker, group_forks
 from chatbridge.chat.markdown_stream import MarkdownStream
-from chatbridge.chat.streaming import reply_piece
+from chatbridge.chat.streaming import oob, reply_piece
 from chatbridge.engine.protocol import (
     AssistantDelta,
     AssistantMessage,
@@ -187,10 +187,6 @@ def tool_card(call: ToolCallView) -> str:
     )
 
 
-def _oob(swap: str, inner: str) -> str:
-    return f'<div hx-swap-oob="{swap}">{inner}</div>'
-
-
 def _recorded_outcome(row: ToolSession) -> Outcome | None:
     """How the call of a session row ended (None while it runs)."""
     if row.active or row.outcome is None:
@@ -303,13 +299,13 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
             },
         )
         # A new message clears the errors of earlier attempts.
-        return _oob("beforeend:#transcript", item) + _oob("innerHTML:#errors", "")
+        return oob("beforeend", "#transcript", item) + oob("innerHTML", "#errors", "")
     if isinstance(event, MessageQueued):
         item = render_to_string(
             "chatbridge/queued_message.html",
             {"id": event.message_id, "content": event.content, "client_id": event.client_id},
         )
-        return _oob("beforeend:#queued", item) + _oob("innerHTML:#errors", "")
+        return oob("beforeend", "#queued", item) + oob("innerHTML", "#errors", "")
     if isinstance(event, AssistantDelta):  # Markdown as it is written (chat/streaming.py)
         has_bubble = event.message_id in seen
         seen.add(event.message_id)
@@ -325,7 +321,7 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         if event.message_id in seen:  # replace the streamed bubble with the final text
             return render_to_string("chatbridge/message.html", {**context, "oob": True})
         seen.add(event.message_id)
-        return _oob("beforeend:#transcript", render_to_string("chatbridge/message.html", context))
+        return oob("beforeend", "#transcript", render_to_string("chatbridge/message.html", context))
     if isinstance(event, ToolCallEvent):
         call = ToolCallView(
             event.call_id, event.tool_name, event.arguments, event.status, event.result, event.error
@@ -333,13 +329,14 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         call.ended, call.commitment = event.outcome, event.commitment
         if event.status in ("running", "denied") and event.call_id not in seen:
             seen.add(event.call_id)
-            return _oob("beforeend:#transcript", tool_card(call))
+            return oob("beforeend", "#transcript", tool_card(call))
         return render_to_string(
             "chatbridge/tool_update.html", {"call": call, "result_html": render_result(call)}
         )
     if isinstance(event, LogLine):
-        return _oob(
-            f"beforeend:#tool-{event.call_id}-log",
+        return oob(
+            "beforeend",
+            f"#tool-{event.call_id}-log",
             render_to_string("chatbridge/log_line.html", {"log": event}),
         )
     if isinstance(event, ProgressNote):
@@ -351,8 +348,8 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
     if isinstance(event, ElicitComplete):
         return render_to_string("chatbridge/elicit_done.html", {"event": event})
     if isinstance(event, SessionError):
-        return _oob(
-            "beforeend:#transcript", render_to_string("chatbridge/notice.html", {"event": event})
+        return oob(
+            "beforeend", "#transcript", render_to_string("chatbridge/notice.html", {"event": event})
         )
     if isinstance(event, ConversationState):
         html = render_to_string("chatbridge/status.html", {"state": event, "oob": True})
@@ -369,8 +366,9 @@ def render_event(event: ChatEvent, view: SocketView) -> str | None:
         words = chat_error_text(event.code, event.message)
         if words != event.message:  # the exact text is for logs; the person reads ``words``
             logger.info("error %s shown in words for people: %s", event.code, event.message)
-        return _oob(
-            "innerHTML:#errors",
+        return oob(
+            "innerHTML",
+            "#errors",
             render_to_string("chatbridge/error.html", {"event": event, "text": words}),
         )
     return None

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 from django.utils.safestring import mark_safe
+from django_htmx.http import SwapMethod
 
 from chatbridge.chat.markdown_stream import Append, MarkdownStream, Redraw, Replace
 from chatbridge.engine.protocol import AssistantDelta
 
-__all__ = ["reply_piece"]
+__all__ = ["oob", "reply_piece"]
 
 
-def _oob(swap: str, inner: str) -> str:
-    return f'<div hx-swap-oob="{swap}">{inner}</div>'
+def oob(swap: SwapMethod, target: str, inner: str) -> str:
+    """``inner`` swapped out of band into the element ``target`` (a CSS selector) by ``swap``,
+    one of htmx's swap methods as django-htmx types them."""
+    return f'<div hx-swap-oob="{swap}:{target}">{inner}</div>'
 
 
 def _tail(message_id: str, html: str) -> str:
@@ -42,7 +45,7 @@ def reply_piece(event: AssistantDelta, streams: dict[str, MarkdownStream], *, sh
         stream.feed(event.delta)
         if shown:  # its bubble, from a stream this socket no longer has: drawn again
             html = stream.finished + _tail(message_id, stream.tail)
-            return _oob(f"innerHTML:#msg-{message_id}-text", html)
+            return oob("innerHTML", f"#msg-{message_id}-text", html)
         item = render_to_string(
             "chatbridge/message.html",
             {
@@ -54,14 +57,14 @@ def reply_piece(event: AssistantDelta, streams: dict[str, MarkdownStream], *, sh
                 "tail": mark_safe(stream.tail),  # noqa: S308
             },
         )
-        return _oob("beforeend:#transcript", item)
+        return oob("beforeend", "#transcript", item)
     match stream.feed(event.delta):
         case None:
             return ""
         case Append(depth=depth, html=html):
-            return _oob(f"beforeend:#msg-{message_id}-tail" + " > :last-child" * depth, html)
+            return oob("beforeend", f"#msg-{message_id}-tail" + " > :last-child" * depth, html)
         case Replace(finished=finished, tail=tail):
-            before = _oob(f"beforebegin:#msg-{message_id}-tail", finished) if finished else ""
-            return before + _oob(f"innerHTML:#msg-{message_id}-tail", tail)
+            before = oob("beforebegin", f"#msg-{message_id}-tail", finished) if finished else ""
+            return before + oob("innerHTML", f"#msg-{message_id}-tail", tail)
         case Redraw(tail=tail):
-            return _oob(f"innerHTML:#msg-{message_id}-text", _tail(message_id, tail))
+            return oob("innerHTML", f"#msg-{message_id}-text", _tail(message_id, tail))
