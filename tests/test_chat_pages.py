@@ -21,7 +21,7 @@ from chatbridge.calls.outcome import (
     call_status,
     describe,
 )
-from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran
+from chatbridge.engine.tool_message import ToolReply, failed_reply
 from chatbridge.records.models import Conversation, Message, ToolSession
 from tests.chat_client import html_socket
 
@@ -87,7 +87,7 @@ def test_tool_cards_take_their_status_from_the_call_record(client: Client) -> No
     }
     # A call without a session row: the outcome kept beside its tool message decides.
     kept = {
-        "c-lost": failed_before_it_ran("Unknown tool 'nope'. Available tools: book_flight."),
+        "c-lost": failed_reply("Unknown tool 'nope'. Available tools: book_flight."),
         "c-retained": ToolReply("Error: all good", Completed(result={"ticket": "T-2"})),
     }
     Message.objects.create(

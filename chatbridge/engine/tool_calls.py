@@ -60,7 +60,7 @@ from chatbridge.engine.protocol import (
     ProgressNote,
     ToolCallEvent,
 )
-from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran, tool_message
+from chatbridge.engine.tool_message import ToolReply, failed_reply, tool_message
 
 __all__ = ["FormRenderer", "FormSurface", "ToolCallRunner", "change_answer", "ended_call"]
 
@@ -111,15 +111,13 @@ class ToolCallRunner:
         plugin = self.registry.get(call.name)
         if plugin is None:
             names = ", ".join(p.name for p in self.registry) or "(none)"
-            return failed_before_it_ran(f"Unknown tool {call.name!r}. Available tools: {names}.")
+            return failed_reply(f"Unknown tool {call.name!r}. Available tools: {names}.")
         try:
             arguments = json.loads(call.arguments or "{}")
         except ValueError as exc:
-            return failed_before_it_ran(
-                f"Arguments for tool {call.name!r} are not valid JSON: {exc}."
-            )
+            return failed_reply(f"Arguments for tool {call.name!r} are not valid JSON: {exc}.")
         if not isinstance(arguments, dict):
-            return failed_before_it_ran(f"Arguments for tool {call.name!r} must be a JSON object.")
+            return failed_reply(f"Arguments for tool {call.name!r} must be a JSON object.")
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
         try:
             session = await self.manager.create(
@@ -129,7 +127,7 @@ class ToolCallRunner:
             await self.sink(
                 conv.id, event.model_copy(update={"status": "failed", "error": str(exc)})
             )
-            return failed_before_it_ran(str(exc), type(exc).__name__)
+            return failed_reply(str(exc), type(exc).__name__)
         conv.calls.add(call.id)
         await self.sink(conv.id, event)
         return await self._drive(conv, plugin, session, event)
@@ -144,9 +142,7 @@ class ToolCallRunner:
     async def _resume(self, conv: LiveConversation, call: ResumableCall) -> ToolReply:
         plugin = self.registry.get(call.tool_name)
         if plugin is None:
-            return failed_before_it_ran(
-                f"Unknown tool {call.tool_name!r}; the call cannot be resumed."
-            )
+            return failed_reply(f"Unknown tool {call.tool_name!r}; the call cannot be resumed.")
         try:
             session = await self.manager.create(
                 plugin.tool,
@@ -157,7 +153,7 @@ class ToolCallRunner:
                 abort_requested=call.abort_requested,
             )
         except (InvalidToolParams, DuplicateSession) as exc:
-            return failed_before_it_ran(str(exc), type(exc).__name__)
+            return failed_reply(str(exc), type(exc).__name__)
         conv.calls.add(call.call_id)
         started = ToolCallEvent(
             call_id=call.call_id, tool_name=call.tool_name, arguments=call.arguments

@@ -30,7 +30,7 @@ __all__ = [
     "REFUSED_PREFIX",
     "USER_STOPPED_PREFIX",
     "ToolReply",
-    "failed_before_it_ran",
+    "failed_reply",
     "tool_message",
 ]
 
@@ -62,9 +62,10 @@ class ToolReply:
         }
 
 
-def failed_before_it_ran(why: str, error_type: str = "") -> ToolReply:
-    """A call that failed before it had a session (an unknown tool, arguments that are not
-    valid), or whose session was lost: the model is told ``Error: why``."""
+def failed_reply(why: str, error_type: str = "") -> ToolReply:
+    """A call that ended without an outcome of its session's: it never had one (an unknown
+    tool, arguments that are not valid), its session was lost, or the server failed running
+    it. The model is told ``Error: why``."""
     return ToolReply(f"Error: {why}", Failed(error_type=error_type, message=why))
 
 

@@ -40,7 +40,7 @@ from chatbridge.engine.protocol import (
     SessionError,
     UserMessage,
 )
-from chatbridge.engine.tool_message import ToolReply, failed_before_it_ran
+from chatbridge.engine.tool_message import ToolReply, failed_reply
 
 if TYPE_CHECKING:
     from chatbridge.author.plugins import PluginRegistry
@@ -316,7 +316,7 @@ class Turns:
         for call_id, reply in zip(call_ids, replies, strict=True):
             if isinstance(reply, BaseException):
                 logger.error("tool call %s failed", call_id, exc_info=reply)
-                reply = failed_before_it_ran(
+                reply = failed_reply(
                     f"The tool call failed inside the server: {reply!r}", type(reply).__name__
                 )
             await self._append(conv, uuid.uuid4().hex, reply.message(call_id), history)
