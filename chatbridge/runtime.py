@@ -79,11 +79,12 @@ class ChatBridgeRuntime:
         # Imported here: building the parts needs Django's apps ready (models, templates).
         from chatbridge.author.sampling import LiteLLMSampler
         from chatbridge.calls.manager import SessionManager
-        from chatbridge.cluster.broadcast import publish
+        from chatbridge.cluster.broadcast import Broadcast
         from chatbridge.cluster.listener import WorkerListener
         from chatbridge.cluster.peers import ChannelPeers
         from chatbridge.cluster.record_watch import RecordWatch
         from chatbridge.cluster.takeover import Takeover
+        from chatbridge.cluster.viewers import Viewers
         from chatbridge.engine.engine import ChatHub
         from chatbridge.installed_plugins import get_registry
         from chatbridge.mcp.endpoint import build_mcp_endpoint
@@ -107,6 +108,8 @@ class ChatBridgeRuntime:
             max_refused=setting("CHATBRIDGE_MAX_REFUSED_ANSWERS"),  # the same on every transport
         )
         store = DjangoStore()
+        # What the other workers show, as the listener hears it, and the events sent on it.
+        self.broadcast = Broadcast(Viewers())
         self.hub = ChatHub(
             registry=get_registry().serving("chat"),  # a tool served over MCP only is not offered
             manager=self.manager,
@@ -114,7 +117,7 @@ class ChatBridgeRuntime:
             leases=store,  # one running turn per conversation across workers
             queue=store,  # messages sent while a turn runs wait on record
             limits=store,  # caps per visitor, counted across workers
-            sink=publish,
+            sink=self.broadcast.publish,
             render_form=_form_renderer(),
             model=setting("CHATBRIDGE_MODEL"),
             peers=ChannelPeers(),
@@ -126,6 +129,7 @@ class ChatBridgeRuntime:
         self.listener = WorkerListener(
             self.manager,
             self.hub,
+            self.broadcast,
             bridge.tasks.serve_routed,
             bridge.serve_routed_round,
             self.mcp.relay.take if self.mcp.relay is not None else None,

@@ -11,7 +11,7 @@ import pytest
 
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.consumers import CLOSE_TOO_SLOW, MAX_OUTBOX
-from chatbridge.cluster.broadcast import publish, sockets_here
+from chatbridge.cluster.broadcast import sockets_here
 from chatbridge.engine.protocol import (
     AssistantDelta,
     ChatEvent,
@@ -19,9 +19,15 @@ from chatbridge.engine.protocol import (
     ErrorEvent,
     Phase,
 )
+from chatbridge.runtime import current_runtime
 from tests.chat_client import ChatClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def publish(conversation_id: str, event: ChatEvent) -> None:
+    """What the runtime's hub does with an event: its broadcast publishes it."""
+    await current_runtime().broadcast.publish(conversation_id, event)
 
 
 def note(n: int) -> ErrorEvent:

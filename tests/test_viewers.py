@@ -22,12 +22,11 @@ from django.test import override_settings
 from django.utils.module_loading import import_string
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from chatbridge.cluster.broadcast import publish
 from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing, ShownAck
 from chatbridge.cluster.viewers import EVENTS_LAYER, VIEWERS_GROUP, events_layer
-from chatbridge.engine.protocol import AssistantMessage, ErrorEvent
+from chatbridge.engine.protocol import AssistantMessage, ChatEvent, ErrorEvent
 from chatbridge.records.recorder import WORKER_ID
-from chatbridge.runtime import ChatBridgeRuntime
+from chatbridge.runtime import ChatBridgeRuntime, current_runtime
 from tests.chat_client import ChatClient, new_browser_session, new_conversation
 from tests.test_worker_faults import OwnRedis, own_redis  # noqa: F401 (fixtures)
 
@@ -152,6 +151,11 @@ class OtherWorker:
 
     async def event(self) -> dict[str, Any]:
         return ChatEventCopy.model_validate(await self.next("workers.chat_event")).event
+
+
+async def publish(conversation_id: str, event: ChatEvent) -> None:
+    """What the runtime's hub does with an event: its broadcast publishes it."""
+    await current_runtime().broadcast.publish(conversation_id, event)
 
 
 def note(n: int) -> ErrorEvent:

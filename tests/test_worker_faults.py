@@ -20,9 +20,9 @@ from django.test import override_settings
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.links import MemoryUrlLinks
-from chatbridge.cluster import viewers
-from chatbridge.cluster.broadcast import publish
+from chatbridge.cluster.broadcast import Broadcast
 from chatbridge.cluster.messages import Showing
+from chatbridge.cluster.viewers import Viewers
 from chatbridge.engine.conversation import ResumableCall
 from chatbridge.engine.engine import BUSY_ELSEWHERE, ChatHub
 from chatbridge.engine.protocol import ElicitResponseCommand
@@ -101,7 +101,8 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
     layer = get_channel_layer()
     assert layer is not None
     watcher = await layer.new_channel()  # another worker's listener, showing "conv"
-    viewers.heard(Showing(worker="vm:1", channel=watcher, conversations=["conv"]))
+    broadcast = Broadcast(Viewers())  # this worker's, without a listener
+    broadcast.viewers.heard(Showing(worker="vm:1", channel=watcher, conversations=["conv"]))
 
     async def next_form(key: str) -> dict[str, Any]:
         while True:
@@ -116,7 +117,7 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
         registry=PluginRegistry([book_flight_plugin]),
         manager=manager,
         store=store,
-        sink=publish,
+        sink=broadcast.publish,
         render_form=lambda *a, **k: "",
         model="offline/faults",
     )
@@ -137,7 +138,6 @@ async def test_a_redis_blip_does_not_fail_a_call_that_completes(redis_layer: Own
     finally:
         await hub.close()
         await manager.shutdown()
-        viewers.stopped()
 
     [tool] = [m for m in store.messages_by_conv["conv"] if m["role"] == "tool"]
     result = json.loads(tool["content"])  # a result, not "Error: The tool call failed ..."

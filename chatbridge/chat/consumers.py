@@ -27,7 +27,7 @@ from chatbridge.chat.limits import MAX_MESSAGE_BYTES, nul_refused, take_each, to
 from chatbridge.chat.rendering import SocketView, render_event
 from chatbridge.chat.socket_caps import SOCKETS, Seat
 from chatbridge.chat.socket_owner import socket_owner
-from chatbridge.cluster.broadcast import announce, attach, detach
+from chatbridge.cluster.broadcast import attach, detach
 from chatbridge.engine.engine import CommandRefused
 from chatbridge.engine.protocol import (
     Abort,
@@ -47,7 +47,7 @@ from chatbridge.engine.protocol import (
 from chatbridge.forwarded import client_network
 from chatbridge.records.outage import DatabaseUnavailable
 from chatbridge.records.url_links import remember_origin
-from chatbridge.runtime import current_runtime
+from chatbridge.runtime import RuntimeNotRunning, current_runtime
 
 __all__ = [
     "CLOSE_FORBIDDEN",
@@ -188,7 +188,7 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
         attach(self.conversation_id, self)
         try:
-            await announce(self.conversation_id)
+            await current_runtime().broadcast.announce(self.conversation_id)
             await self.accept()
             remember_origin(self.conversation_id, _page_origin(self.scope))
             hub = current_runtime().hub
@@ -229,7 +229,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             self._sender = None
         if hasattr(self, "outbox"):  # it was attached
             detach(self.conversation_id, self)
-            await announce(self.conversation_id)
+            # Said on the runtime running now; with none (the server stopped), nobody listens.
+            with contextlib.suppress(RuntimeNotRunning):
+                await current_runtime().broadcast.announce(self.conversation_id)
 
     async def rejoined(self) -> None:
         """The channel layer is back after an outage: the conversation's state again, and

@@ -6,11 +6,11 @@ carries out what other workers ask of the calls and conversations held here: an 
 abort, a URL page's answer, a user's answer, abort, approve or deny, an MCP task request,
 "what is live right now". It hands the events of conversations shown here that other workers
 publish to this worker's sockets, and keeps what the others say they show
-(``chatbridge.cluster.viewers``). It is given what it serves (the runtime's sessions, hub and MCP
-tasks) instead of looking for them.
+(the runtime's ``Viewers``, ``chatbridge.cluster.viewers``). It is given what it serves (the
+runtime's sessions, hub, broadcast and MCP tasks) instead of looking for them.
 
 The listener is supervised: on a channel-layer error, its own or one met anywhere in the process
-(``viewers.layer_failed``), it backs off and joins its groups again (and re-joins them every few
+(``Viewers.layer_failed``), it backs off and joins its groups again (and re-joins them every few
 seconds anyway, since a restarted Redis forgets them without any error reaching a blocked
 receive), and so it does when the layer says it reconnected (``workers_layer.reconnected``:
 its subscriptions made again after Redis restarted); once joined it says what this worker
@@ -35,14 +35,7 @@ from django.db import DatabaseError
 from chatbridge.author.elicit import result_from_dict
 from chatbridge.calls.commitment import abort_decision_text
 from chatbridge.calls.manager import SessionManager
-from chatbridge.cluster import viewers
-from chatbridge.cluster.broadcast import (
-    announce_everything,
-    conversations_here,
-    deliver_here,
-    join_round,
-    publish,
-)
+from chatbridge.cluster.broadcast import Broadcast, conversations_here, deliver_here
 from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import (
     AbortCall,
@@ -75,6 +68,7 @@ from chatbridge.cluster.messages import (
 from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
 from chatbridge.cluster.reply_channels import NotDelivered, patiently, reconnected
 from chatbridge.cluster.routed_commands import routed_outcome
+from chatbridge.cluster.viewers import REFRESH_SECONDS, VIEWERS_GROUP, events_layer
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,
@@ -104,12 +98,14 @@ class WorkerListener:
         self,
         manager: SessionManager,
         hub: ChatHub,
+        broadcast: Broadcast,
         serve_task: ServeTask,
         serve_round: ServeTask,
         relay: Relay | None = None,
         on_joined: Callable[[], None] | None = None,
     ) -> None:
         self.manager, self.hub = manager, hub
+        self.broadcast, self.viewers = broadcast, broadcast.viewers
         self.serve_task, self.serve_round = serve_task, serve_round
         self.relay = relay  # takes a legacy MCP request relayed here (mcp/session_relay.py)
         # Told each time the listener (re)joins its groups: what it missed is on record.
@@ -143,7 +139,7 @@ class WorkerListener:
                 await sync_to_async(forget_worker)()
             except Exception:  # the heartbeat expires on its own
                 logger.exception("removing the heartbeat of %s failed", WORKER_ID)
-        viewers.stopped()
+        self.viewers.stopped()
 
     async def _supervise(self) -> None:
         """Run the listener; after a channel-layer error, back off and start it again."""
@@ -175,7 +171,7 @@ class WorkerListener:
         layer = get_channel_layer()
         assert layer is not None
         channel = await layer.new_channel()
-        events = viewers.events_layer()  # None: one process, no events from elsewhere
+        events = events_layer()  # None: one process, no events from elsewhere
         heard_on = await events.new_channel() if events is not None else None
         failures: list[BaseException] = []
         failed = asyncio.Event()
@@ -184,8 +180,8 @@ class WorkerListener:
             failures.append(exc)
             failed.set()
 
-        viewers.unsettled()
-        viewers.listening(heard_on, fail)
+        self.viewers.unsettled()
+        self.viewers.listening(heard_on, fail)
         self.joined.clear()
         try:
             async with asyncio.TaskGroup() as group:  # any failing stops all
@@ -196,7 +192,7 @@ class WorkerListener:
                 group.create_task(_failed_elsewhere(failed, failures))
                 group.create_task(_reconnected(layer))
         finally:
-            viewers.listening(None, None)
+            self.viewers.listening(None, None)
             with contextlib.suppress(Exception):  # the next channel joins them again
                 await layer.group_discard(WORKERS_GROUP, channel)
                 await layer.group_discard(worker_group(WORKER_ID), channel)
@@ -209,11 +205,11 @@ class WorkerListener:
             await layer.group_add(WORKERS_GROUP, channel)
             await layer.group_add(worker_group(WORKER_ID), channel)
             if events is not None and heard_on is not None:  # pub/sub: subscribed once
-                await events.group_add(viewers.VIEWERS_GROUP, heard_on)
+                await events.group_add(VIEWERS_GROUP, heard_on)
 
         await join()
-        await join_round()
-        viewers.settled()
+        await self.broadcast.join_round()
+        self.viewers.settled()
         self.joined.set()
         if self.on_joined is not None:
             self.on_joined()
@@ -223,9 +219,9 @@ class WorkerListener:
         while True:
             await asyncio.sleep(REJOIN_SECONDS)
             await join()
-            if loop.time() - said >= viewers.REFRESH_SECONDS:  # also to be known as alive
+            if loop.time() - said >= REFRESH_SECONDS:  # also to be known as alive
                 said = loop.time()
-                await announce_everything()
+                await self.broadcast.announce_everything()
 
     async def _receive(self, layer: Any, channel: str) -> None:
         while True:
@@ -273,16 +269,16 @@ class WorkerListener:
             case ChatEventCopy():  # an event of a conversation shown here, from its worker
                 deliver_here(message.conversation_id, EVENT_ADAPTER.validate_python(message.event))
             case Showing():
-                viewers.heard(message)
+                self.viewers.heard(message)
                 if message.worker != WORKER_ID and (message.ask_back or message.ack):
                     try:
-                        await _answer_showing(message)
+                        await self._answer_showing(message)
                     except Exception as exc:
-                        viewers.layer_failed(exc)
+                        self.viewers.layer_failed(exc)
             case ShownAck():
-                viewers.acknowledged(message)
+                self.viewers.acknowledged(message)
             case Hidden():
-                viewers.heard(message)
+                self.viewers.heard(message)
             case RoutedCommand():
                 await say(Received(worker=WORKER_ID))  # it may take seconds: say it came
                 self._later(self._carry_out(message, reply))
@@ -329,13 +325,24 @@ class WorkerListener:
         try:
             await self.hub.elicit_response(conversation_id, command)
         except CommandRefused as exc:
-            await publish(conversation_id, ErrorEvent(code=exc.code, message=str(exc)))
+            refused = ErrorEvent(code=exc.code, message=str(exc))
+            await self.broadcast.publish(conversation_id, refused)
 
     async def _serve_round(self, message: RoundRequest, reply: Reply) -> None:
         try:
             await reply(RoundDone(worker=WORKER_ID, reply=await self.serve_round(message.retry)))
         except Exception:  # the sender times out and says so
             logger.exception("routed MCP retry of %s failed", message.retry.get("call_id"))
+
+    async def _answer_showing(self, word: Showing) -> None:
+        """Another worker said it shows conversations (taken in already): say that it was,
+        and what this worker shows if it asked."""
+        if word.ask_back:  # first: the acknowledgement says this reached it too
+            await self.broadcast.announce_everything(to=word.channel)
+        if word.ack:
+            layer = events_layer()
+            taken = ShownAck(worker=WORKER_ID, token=word.ack)
+            await layer.send(word.channel, taken.model_dump(mode="json"))
 
     async def _serve_task(self, message: TaskRequest, reply: Reply) -> None:
         try:
@@ -351,17 +358,6 @@ class WorkerListener:
             await reply(await routed_outcome(self.hub, message.conversation_id, message.command))
         except Exception:
             logger.exception("routed %s failed", message.command.type)
-
-
-async def _answer_showing(word: Showing) -> None:
-    """Another worker said it shows conversations (taken in already): say that it was, and
-    what this worker shows if it asked."""
-    if word.ask_back:  # first: the acknowledgement says this reached it too
-        await announce_everything(to=word.channel)
-    if word.ack:
-        layer = viewers.events_layer()
-        taken = ShownAck(worker=WORKER_ID, token=word.ack)
-        await layer.send(word.channel, taken.model_dump(mode="json"))
 
 
 class LayerFailedElsewhere(Exception):

@@ -6,16 +6,17 @@ the channel layer once for each of them, to that worker's listener
 (``chatbridge.cluster.listener``), which hands it to its sockets. While no other worker
 shows a conversation, nothing of it is sent through the layer at all.
 
-How a worker knows who shows what (what it was told is kept here, and only the listener tells
-it): a worker says to all (``Showing``) when its first socket of a conversation opens, and
-``Hidden`` when its last one closes. The socket is accepted once every other worker it knows
-of has said it took the word in (``ShownAck``), so a turn another worker starts right then
-does not leave the socket without its first events; a worker silent for ``ACK_WAIT`` is taken
-for gone until it speaks again; a listener that (re)joins the workers' group says all it
-shows and asks the others to say theirs back, so a worker started later, or one that lost
-messages in an outage, learns the whole picture. Every worker says again what it shows every
-``REFRESH_SECONDS``, and a word not said again within ``SHOWN_FOR`` lapses: a worker killed
-without a word is not sent to for long (and one whose channel fills up is forgotten at once).
+How a worker knows who shows what (a ``Viewers``, one per runtime: what it was told is kept
+there, and only the runtime's listener tells it): a worker says to all (``Showing``) when its
+first socket of a conversation opens, and ``Hidden`` when its last one closes. The socket is
+accepted once every other worker it knows of has said it took the word in (``ShownAck``), so a
+turn another worker starts right then does not leave the socket without its first events; a
+worker silent for ``ACK_WAIT`` is taken for gone until it speaks again; a listener that
+(re)joins the workers' group says all it shows and asks the others to say theirs back, so a
+worker started later, or one that lost messages in an outage, learns the whole picture. Every
+worker says again what it shows every ``REFRESH_SECONDS``, and a word not said again within
+``SHOWN_FOR`` lapses: a worker killed without a word is not sent to for long (and one whose
+channel fills up is forgotten at once).
 
 Events and these words travel on the channel layer ``EVENTS_LAYER`` when the project
 configures one (the demo site's settings make it channels_redis's pub/sub layer: one PUBLISH
@@ -47,21 +48,8 @@ __all__ = [
     "REFRESH_SECONDS",
     "SHOWN_FOR",
     "VIEWERS_GROUP",
-    "acknowledged",
-    "awaiting_acks",
-    "channels_showing",
+    "Viewers",
     "events_layer",
-    "forget_channel",
-    "heard",
-    "layer_failed",
-    "listening",
-    "listening_on",
-    "peers",
-    "settled",
-    "stopped",
-    "unacknowledged",
-    "unsettled",
-    "until_settled",
 ]
 
 logger = logging.getLogger("chatbridge.chat")
@@ -88,153 +76,148 @@ class _Where:
     until: float  # time.monotonic() after which the word lapses
 
 
-# conversation -> worker -> where to send its events. Changed by ``heard`` (the listener) only.
-_elsewhere: dict[str, dict[str, _Where]] = {}
-# worker -> until when it counts as alive: the other workers heard from lately.
-_peers: dict[str, float] = {}
-# ack token -> (the workers yet to take the word in, set when all have).
-_awaited: dict[str, tuple[set[str], asyncio.Event]] = {}
-# This worker's listener's channel while it listens, and what to call when the layer fails.
-_here: str | None = None
-_on_failure: Callable[[BaseException], None] | None = None
-# Set once the listener joined and heard the workers alive (``settled``); sockets wait for it.
-_settled: asyncio.Event | None = None
+class Viewers:
+    """What this worker was told of the others: which conversations each shows and where its
+    listener hears (changed by the listener only), who was heard from lately, which words wait
+    for acknowledgements, and where this worker's own listener listens. One per runtime
+    (``ChatBridgeRuntime.viewers``), handed to its listener and its broadcast."""
 
+    def __init__(self) -> None:
+        # conversation -> worker -> where to send its events. Changed by ``heard`` only.
+        self._elsewhere: dict[str, dict[str, _Where]] = {}
+        # worker -> until when it counts as alive: the other workers heard from lately.
+        self._peers: dict[str, float] = {}
+        # ack token -> (the workers yet to take the word in, set when all have).
+        self._awaited: dict[str, tuple[set[str], asyncio.Event]] = {}
+        # This worker's listener's channel while it listens, and what to call when the layer
+        # fails.
+        self._here: str | None = None
+        self._on_failure: Callable[[BaseException], None] | None = None
+        # Set once the listener joined and heard the workers alive (``settled``); sockets
+        # wait for it. Made on first use, on the running loop.
+        self._settled: asyncio.Event | None = None
 
-def listening(channel: str | None, on_failure: Callable[[BaseException], None] | None) -> None:
-    """The listener says where it listens (None: not now, as between an outage's retries) and
-    how to tell it of a failure. What the others said is kept meanwhile."""
-    global _here, _on_failure
-    _here, _on_failure = channel, on_failure
+    def listening(
+        self, channel: str | None, on_failure: Callable[[BaseException], None] | None
+    ) -> None:
+        """The listener says where it listens (None: not now, as between an outage's
+        retries) and how to tell it of a failure. What the others said is kept meanwhile."""
+        self._here, self._on_failure = channel, on_failure
 
+    def stopped(self) -> None:
+        """The listener stopped for good: it hears nothing now, and what it knew goes stale."""
+        self.listening(None, None)
+        self._elsewhere.clear()
+        self._peers.clear()
+        self._settled = None
 
-def stopped() -> None:
-    """The listener stopped for good: it hears nothing now, and what it knew goes stale."""
-    global _settled
-    listening(None, None)
-    _elsewhere.clear()
-    _peers.clear()
-    _settled = None
+    def _settled_flag(self) -> asyncio.Event:
+        if self._settled is None:
+            self._settled = asyncio.Event()
+        return self._settled
 
+    def unsettled(self) -> None:
+        """The listener is (re)joining: what the others show is not known yet."""
+        self._settled_flag().clear()
 
-def _settled_flag() -> asyncio.Event:
-    global _settled
-    if _settled is None:
-        _settled = asyncio.Event()
-    return _settled
+    def settled(self) -> None:
+        """The listener joined and the workers alive heard of it answered (or were waited
+        for): a socket opening now is announced to all that matter."""
+        self._settled_flag().set()
 
+    async def until_settled(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until the listener has joined and heard the others."""
+        flag = self._settled_flag()
+        if not flag.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(flag.wait(), timeout)
 
-def unsettled() -> None:
-    """The listener is (re)joining: what the others show is not known yet."""
-    _settled_flag().clear()
+    def listening_on(self) -> str | None:
+        """This worker's listener's channel on the events layer, where other workers send its
+        conversations' events; None while it is not listening."""
+        return self._here
 
+    def heard(self, message: Showing | Hidden) -> None:
+        """Another worker said what it shows (its own words, sent to all, are ignored)."""
+        if message.worker == WORKER_ID:
+            return
+        self._peers[message.worker] = time.monotonic() + SHOWN_FOR
+        if isinstance(message, Hidden):
+            self._drop(message.conversation_id, message.worker)
+            return
+        if message.everything:
+            shown = [c for c, by in self._elsewhere.items() if message.worker in by]
+            for conversation_id in shown:
+                self._drop(conversation_id, message.worker)
+        until = time.monotonic() + SHOWN_FOR
+        for conversation_id in message.conversations:
+            where = _Where(message.channel, until)
+            self._elsewhere.setdefault(conversation_id, {})[message.worker] = where
 
-def settled() -> None:
-    """The listener joined and the workers alive heard of it answered (or were waited for):
-    a socket opening now is announced to all that matter."""
-    _settled_flag().set()
+    def peers(self) -> set[str]:
+        """The other workers heard from lately (words that lapsed are dropped)."""
+        now = time.monotonic()
+        for worker in [w for w, until in self._peers.items() if until < now]:
+            del self._peers[worker]
+        return set(self._peers)
 
+    def awaiting_acks(self, token: str, workers: set[str]) -> asyncio.Event:
+        """Wait for ``workers`` to acknowledge the word sent with ``token``: set when all
+        have."""
+        done = asyncio.Event()
+        self._awaited[token] = (set(workers), done)
+        if not workers:
+            done.set()
+        return done
 
-async def until_settled(timeout: float) -> None:
-    """Wait (up to ``timeout``) until the listener has joined and heard the others."""
-    flag = _settled_flag()
-    if not flag.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(flag.wait(), timeout)
+    def acknowledged(self, message: ShownAck) -> None:
+        """A worker took in a word of this one (the listener hands it here)."""
+        awaited = self._awaited.get(message.token)
+        if awaited is not None:
+            awaited[0].discard(message.worker)
+            if not awaited[0]:
+                awaited[1].set()
 
+    def unacknowledged(self, token: str) -> set[str]:
+        """Stop waiting for ``token``: the workers that never answered are taken for gone
+        (until they speak again)."""
+        silent, _ = self._awaited.pop(token, (set(), None))
+        for worker in silent:
+            self._peers.pop(worker, None)
+        return silent
 
-def listening_on() -> str | None:
-    """This worker's listener's channel on the events layer, where other workers send its
-    conversations' events; None while it is not listening."""
-    return _here
-
-
-def heard(message: Showing | Hidden) -> None:
-    """Another worker said what it shows (its own words, sent to all, are ignored)."""
-    if message.worker == WORKER_ID:
-        return
-    _peers[message.worker] = time.monotonic() + SHOWN_FOR
-    if isinstance(message, Hidden):
-        _drop(message.conversation_id, message.worker)
-        return
-    if message.everything:
-        for conversation_id in [c for c, by in _elsewhere.items() if message.worker in by]:
-            _drop(conversation_id, message.worker)
-    until = time.monotonic() + SHOWN_FOR
-    for conversation_id in message.conversations:
-        _elsewhere.setdefault(conversation_id, {})[message.worker] = _Where(message.channel, until)
-
-
-def peers() -> set[str]:
-    """The other workers heard from lately (words that lapsed are dropped)."""
-    now = time.monotonic()
-    for worker in [w for w, until in _peers.items() if until < now]:
-        del _peers[worker]
-    return set(_peers)
-
-
-def awaiting_acks(token: str, workers: set[str]) -> asyncio.Event:
-    """Wait for ``workers`` to acknowledge the word sent with ``token``: set when all have."""
-    done = asyncio.Event()
-    _awaited[token] = (set(workers), done)
-    if not workers:
-        done.set()
-    return done
-
-
-def acknowledged(message: ShownAck) -> None:
-    """A worker took in a word of this one (the listener hands it here)."""
-    awaited = _awaited.get(message.token)
-    if awaited is not None:
-        awaited[0].discard(message.worker)
-        if not awaited[0]:
-            awaited[1].set()
-
-
-def unacknowledged(token: str) -> set[str]:
-    """Stop waiting for ``token``: the workers that never answered are taken for gone (until
-    they speak again)."""
-    silent, _ = _awaited.pop(token, (set(), None))
-    for worker in silent:
-        _peers.pop(worker, None)
-    return silent
-
-
-def channels_showing(conversation_id: str) -> list[str]:
-    """The listeners of the other workers that show the conversation (words that lapsed are
-    dropped as they are found)."""
-    shown = _elsewhere.get(conversation_id)
-    if not shown:
-        return []
-    now = time.monotonic()
-    for worker in [w for w, where in shown.items() if where.until < now]:
-        _drop(conversation_id, worker)
-    return [where.channel for where in shown.values()]
-
-
-def forget_channel(conversation_id: str, channel: str) -> None:
-    """Stop sending the conversation's events to ``channel`` (its worker does not read them:
-    its channel is full) until its worker says again that it shows it."""
-    shown = _elsewhere.get(conversation_id, {})
-    for worker in [w for w, where in shown.items() if where.channel == channel]:
-        logger.warning(
-            "worker %s does not read the events of conversation %s; not sent there any more",
-            worker,
-            conversation_id,
-        )
-        _drop(conversation_id, worker)
-
-
-def _drop(conversation_id: str, worker: str) -> None:
-    shown = _elsewhere.get(conversation_id)
-    if shown is not None:
-        shown.pop(worker, None)
+    def channels_showing(self, conversation_id: str) -> list[str]:
+        """The listeners of the other workers that show the conversation (words that lapsed
+        are dropped as they are found)."""
+        shown = self._elsewhere.get(conversation_id)
         if not shown:
-            del _elsewhere[conversation_id]
+            return []
+        now = time.monotonic()
+        for worker in [w for w, where in shown.items() if where.until < now]:
+            self._drop(conversation_id, worker)
+        return [where.channel for where in shown.values()]
 
+    def forget_channel(self, conversation_id: str, channel: str) -> None:
+        """Stop sending the conversation's events to ``channel`` (its worker does not read
+        them: its channel is full) until its worker says again that it shows it."""
+        shown = self._elsewhere.get(conversation_id, {})
+        for worker in [w for w, where in shown.items() if where.channel == channel]:
+            logger.warning(
+                "worker %s does not read the events of conversation %s; not sent there any more",
+                worker,
+                conversation_id,
+            )
+            self._drop(conversation_id, worker)
 
-def layer_failed(exc: BaseException) -> None:
-    """The channel layer failed in this process: the listener joins again and has what this
-    worker shows said and shown again (see the module docstring)."""
-    if _on_failure is not None:
-        _on_failure(exc)
+    def _drop(self, conversation_id: str, worker: str) -> None:
+        shown = self._elsewhere.get(conversation_id)
+        if shown is not None:
+            shown.pop(worker, None)
+            if not shown:
+                del self._elsewhere[conversation_id]
+
+    def layer_failed(self, exc: BaseException) -> None:
+        """The channel layer failed in this process: the listener joins again and has what
+        this worker shows said and shown again (see the module docstring)."""
+        if self._on_failure is not None:
+            self._on_failure(exc)
