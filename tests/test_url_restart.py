@@ -3,6 +3,7 @@ question; the link handed out before works on the restarted server and the call 
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 from pathlib import Path
@@ -13,6 +14,22 @@ import pytest
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat, pay_over_http
 from tests.servers import fixed_port, migrated_env, start_daphne, stop
+
+
+def tool_message_on_record(database: Path, call_id: str) -> bool:
+    with sqlite3.connect(database) as db:
+        query = "SELECT 1 FROM chatbridge_chat_message WHERE role = 'tool' AND tool_call_id = ?"
+        return db.execute(query, (call_id,)).fetchone() is not None
+
+
+async def turn_ended_with(chat: RemoteChat, database: Path, call_id: str) -> None:
+    """Wait for the chat's turn to end with ``call_id`` ended in it: the socket's first state
+    may come before the turn resuming the call started (the socket resumes it if the server
+    has not yet), so a turn seen idle before the call's end is waited past."""
+    while True:
+        await chat.next("conversation_state", running=False)
+        if tool_message_on_record(database, call_id):
+            return
 
 
 @pytest.mark.slow
@@ -49,13 +66,21 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
                 again = await chat.next("elicit", key="payment")
                 assert (again["elicit_id"], again["url"]) == (payment["elicit_id"], link)
                 await pay_over_http(http, link)
-            else:  # nobody holds the call yet: the answer waits on record
+                done = await chat.next("tool_call", status="completed")
+                assert done["call_id"] == payment["call_id"]
+                assert done["result"]["paid"] == {"last4": "4242"}
+            else:  # paid before the chat is back: the answer waits on record, or reaches the
+                # call that the new server resumed as it started; the call may end before the
+                # chat comes back, so the turn's end is what is waited for, not its events
                 await pay_over_http(http, link)
                 await chat.connect(base)
-            done = await chat.next("tool_call", status="completed")
-            assert done["call_id"] == payment["call_id"]
-            assert done["result"]["booked"] is True and done["result"]["paid"] == {"last4": "4242"}
-            assert done["result"]["ticket"] in (await chat.next("assistant_message"))["content"]
+                await turn_ended_with(chat, database, payment["call_id"])
+            # What the person sees when they come back: the ticket in their chat
+            async with http.get(
+                f"{base}/c/{chat.conversation_id}/", headers={"Cookie": f"sessionid={chat.cookie}"}
+            ) as page:
+                assert page.status == 200
+                html = await page.text()
             async with http.get(link) as used:
                 assert used.status == 410
             await chat.close()
@@ -65,10 +90,11 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
                 stop(proc)
 
     with sqlite3.connect(database) as db:
-        status, resumes = db.execute(
-            "SELECT status, resumes FROM chatbridge_chat_toolsession WHERE id = ?",
+        status, resumes, outcome = db.execute(
+            "SELECT status, resumes, result FROM chatbridge_chat_toolsession WHERE id = ?",
             (payment["call_id"],),
         ).fetchone()
+        result = json.loads(outcome)
         kinds = [
             kind
             for (kind,) in db.execute(
@@ -77,4 +103,6 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
             )
         ]
     assert (status, resumes) == ("completed", 1)
+    assert result["booked"] is True and result["paid"] == {"last4": "4242"}
+    assert result["ticket"] in html
     assert kinds == ["elicit"] * 4 + ["step", "sample"]  # the ticket issued once
