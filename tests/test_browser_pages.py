@@ -113,6 +113,7 @@ async def test_empty_state_markdown_and_managing_chats(browser: Browser, server:
 
     # Delete another chat after confirming; Cancel first leaves it alone.
     hello = await _item(page, "hello")
+    await _settled(hello)  # drawn again since the page loaded, it may not be wired yet
     await hello.get_by_role("button", name="Delete", exact=True).click()
     question = hello.get_by_text("Delete “hello”?")
     await expect(question).to_be_focused()
@@ -121,6 +122,7 @@ async def test_empty_state_markdown_and_managing_chats(browser: Browser, server:
     await _settled(hello)
     await hello.get_by_role("button", name="Delete", exact=True).click()
     await page.screenshot(path=ARTIFACTS / "pages-delete.png")
+    await _settled(hello)
     await hello.get_by_role("button", name="Delete this chat").click()
     await expect(page.get_by_role("link", name="hello", exact=True)).to_have_count(0)
     assert page.url == fresh_url
