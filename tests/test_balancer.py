@@ -10,10 +10,11 @@ import functools
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx2
@@ -58,37 +59,39 @@ from tests.test_worker_faults import (  # noqa: F401 (fixtures)
     wait_connect,
 )
 
+T = TypeVar("T")
+
 
 @dataclass
 class Site:
-    """The balancer's address, and its workers' own addresses."""
+    """The balancer's address, its workers' own addresses, and the cluster's environment;
+    the workers log to ``folder``."""
 
     url: str
     workers: list[str]
     procs: list[subprocess.Popen[bytes]]
+    env: dict[str, str]
+    folder: Path
 
-    def drained(self) -> None:
-        """Stop the workers, each writing what it still had queued: then the record is whole
-        (a client hears of a call's end before the worker's writer has written it)."""
-        for proc in self.procs:
-            stop(proc, patience=30)
+    def logs(self) -> dict[Path, str]:
+        return {log: log.read_text() for log in sorted(self.folder.glob("worker-*.log"))}
 
 
-@pytest.fixture
-def site(cluster: dict[str, str], tmp_path: Path) -> Iterator[Site]:  # noqa: F811
-    """HAProxy in front of two workers of ``cluster``."""
+@contextmanager
+def balanced_site(env: dict[str, str], folder: Path) -> Iterator[Site]:
+    """HAProxy in front of two uvicorn workers of the cluster ``env``, logging to ``folder``."""
     ports = [free_port(), free_port()]
     starts = (
-        functools.partial(start_uvicorn, port, cluster, log=tmp_path / f"worker-{n}.log")
+        functools.partial(start_uvicorn, port, env, log=folder / f"worker-{n}.log")
         for n, port in enumerate(ports, 1)
     )
     workers = start_each(*starts)
     try:
         front = free_port()
-        proxy = start_haproxy(front, ports, tmp_path)
+        proxy = start_haproxy(front, ports, folder)
         try:
             addresses = [f"http://127.0.0.1:{p}" for p in ports]
-            yield Site(f"http://127.0.0.1:{front}", addresses, workers)
+            yield Site(f"http://127.0.0.1:{front}", addresses, workers, env, folder)
         finally:
             stop(proxy)
     finally:
@@ -97,18 +100,44 @@ def site(cluster: dict[str, str], tmp_path: Path) -> Iterator[Site]:  # noqa: F8
 
 
 @pytest.fixture
-def balanced(site: Site) -> str:
-    """The balancer's address."""
-    return site.url
+def site(cluster: dict[str, str], tmp_path: Path) -> Iterator[Site]:  # noqa: F811
+    """A site of the test's own, for the tests that kill a worker or Redis."""
+    with balanced_site(cluster, tmp_path) as own:
+        yield own
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """One site for this module's tests that stop nothing: each finds its own calls on record
+    and reads only what the workers logged while it ran (``logged``)."""
+    from tests.test_scale_out import cluster_database
+
+    redis = OwnRedis()
+    redis.start()
+    try:
+        folder = tmp_path_factory.mktemp("balanced")
+        with cluster_database(redis.url) as env, balanced_site(env, folder) as one:
+            yield one
+    finally:
+        redis.kill()
+
+
+@pytest.fixture
+def logged(shared: Site) -> Iterator[Callable[[], str]]:
+    """What the shared site's workers log from now on (read when called)."""
+    before = shared.logs()
+
+    def since() -> str:
+        return "".join(text[len(before.get(log, "")) :] for log, text in shared.logs().items())
+
+    yield since
 
 
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(180)
-async def test_a_chat_booking_through_the_balancer_is_booked_once(
-    site: Site,
-    cluster: dict[str, str],  # noqa: F811
-) -> None:
+async def test_a_chat_booking_through_the_balancer_is_booked_once(shared: Site) -> None:
+    site = shared
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{site.url}/readyz") as ready:
             assert (ready.status, await ready.text()) == (200, "ready\n")
@@ -131,7 +160,7 @@ async def test_a_chat_booking_through_the_balancer_is_booked_once(
         assert done["result"]["ticket"] in reply["content"]
         assert [e for e in chat.events if e["type"] == "error"] == []
         await chat.close()
-    await issued_once(site, cluster, done["result"]["ticket"], seats["call_id"])
+    await issued_once(site.env, done["result"]["ticket"], seats["call_id"])
 
 
 def free_seats(flight_id: str) -> list[str]:
@@ -143,27 +172,51 @@ def ids_of(form: dict[str, Any]) -> dict[str, Any]:
     return {k: form[k] for k in ("session_id", "call_id", "elicit_id")}
 
 
-async def recorded(site: Site, env: dict[str, str], call_id: str) -> dict[str, Any]:
-    """The call's record, the workers drained first."""
-    await asyncio.to_thread(site.drained)
-    return cluster_rows(env, call_id)
+async def recorded(env: dict[str, str], call_id: str) -> dict[str, Any]:
+    """The call's record once it has ended there (a client hears of a call's end before the
+    worker's writer has written it)."""
+    return await asyncio.to_thread(polled, lambda: ended(cluster_rows(env, call_id)))
 
 
-async def issued_once(
-    site: Site, env: dict[str, str], ticket: str, call_id: str = ""
-) -> dict[str, Any]:
-    """The booking's call (``call_id``, or the one book_flight call on record) completed, its
-    ticket step done once and naming ``ticket``; its record."""
+def ended(rows: dict[str, Any]) -> dict[str, Any] | None:
+    return rows if rows["status"] not in ("running", "awaiting_elicit", "awaiting_sample") else None
+
+
+def polled(found: Callable[[], T | None], timeout: float = 30) -> T:
+    """What ``found`` finds on record, read again until it does (or fail after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while (it := found()) is None:
+        assert time.monotonic() < deadline, f"not on record in {timeout} s"
+        time.sleep(0.1)  # polling the record, not waiting for time to pass
+    return it
+
+
+async def issued_once(env: dict[str, str], ticket: str, call_id: str = "") -> dict[str, Any]:
+    """The booking's call (``call_id``, or the call on record whose result names ``ticket``)
+    completed, its ticket step done once and naming ``ticket``; its record."""
     if not call_id:
-        [call_id] = booked_calls(env)
-    rows = await recorded(site, env, call_id)
+        call_id = await asyncio.to_thread(polled, lambda: call_with_ticket(env, ticket))
+    rows = await recorded(env, call_id)
     assert rows["status"] == "completed"
     [step] = rows["steps"]
     assert ticket in str(step)
     return rows
 
 
-def booked_calls(env: dict[str, str]) -> list[str]:
+def call_with_ticket(env: dict[str, str], ticket: str) -> str | None:
+    """The id of the book_flight call whose result names ``ticket``, once it is on record."""
+    import psycopg
+
+    with psycopg.connect(env["DATABASE_URL"].replace("postgres://", "postgresql://")) as db:
+        row = db.execute(
+            "SELECT id FROM chatbridge_chat_toolsession WHERE tool_name = %s "
+            "AND result ->> 'ticket' = %s",
+            ("book_flight", ticket),
+        ).fetchone()
+    return row[0] if row is not None else None
+
+
+def booked_calls(env: dict[str, str]) -> set[str]:
     """The ids of every book_flight call in the cluster's database."""
     import psycopg
 
@@ -171,36 +224,32 @@ def booked_calls(env: dict[str, str]) -> list[str]:
         rows = db.execute(
             "SELECT id FROM chatbridge_chat_toolsession WHERE tool_name = %s", ("book_flight",)
         )
-        return [call_id for (call_id,) in rows.fetchall()]
+        return {call_id for (call_id,) in rows.fetchall()}
 
 
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(180)
 async def test_a_legacy_mcp_booking_through_the_balancer_is_booked_once(
-    site: Site,
-    cluster: dict[str, str],  # noqa: F811
-    tmp_path: Path,
+    shared: Site, logged: Callable[[], str]
 ) -> None:
     """The official Python client, protocol 2025-11-25: its requests alternate between the
     workers, the balancer knowing nothing of its session; those that reach the worker not
     holding it are relayed to the holder. The payment page (a URL question) is opened and
     posted through the balancer too."""
-    async with Client(f"{site.url}/mcp", mode="legacy", elicitation_callback=Person()) as client:
+    async with Client(f"{shared.url}/mcp", mode="legacy", elicitation_callback=Person()) as client:
         done = await client.call_tool("book_flight", ROUTE)
     assert not done.is_error, done
     booked = done.structured_content
     assert booked is not None and booked["booked"] is True
-    await issued_once(site, cluster, booked["ticket"])
-    assert relayed(tmp_path)  # round robin sent some of the session's requests elsewhere
+    await issued_once(shared.env, booked["ticket"])
+    assert relayed(logged())  # round robin sent some of the session's requests elsewhere
 
 
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(120)
-async def test_a_legacy_session_whose_worker_was_killed_is_not_found_at_once(
-    site: Site, tmp_path: Path
-) -> None:
+async def test_a_legacy_session_whose_worker_was_killed_is_not_found_at_once(site: Site) -> None:
     """The worker holding a legacy MCP session dies (SIGKILL). The client's next request can
     only reach the worker left, which cannot serve the session: it answers as the SDK does for a
     session it does not know (404 "Session not found") within seconds, rather than hang; the
@@ -215,7 +264,7 @@ async def test_a_legacy_session_whose_worker_was_killed_is_not_found_at_once(
         async with Client(transport, mode="legacy") as client:
             for _ in range(4):  # round robin: some reach the holder through the other worker
                 assert (await client.list_tools()).tools
-            assert relayed(tmp_path)
+            assert relayed("".join(site.logs().values()))
             session = next(r.headers["mcp-session-id"] for r in answers if r.status_code == 200)
             [holder] = [p for p in site.procs if session.endswith(f"-{p.pid}")]
             holder.send_signal(signal.SIGKILL)
@@ -334,7 +383,7 @@ async def test_a_redis_blip_mid_question_does_not_end_a_live_legacy_call(
     assert not done.is_error, done
     booked = done.structured_content
     assert booked is not None and booked["booked"] is True, booked
-    await issued_once(site, cluster, booked["ticket"])
+    await issued_once(cluster, booked["ticket"])
 
 
 BLIP = 5.0  # seconds Redis is away
@@ -354,9 +403,9 @@ def active_rows(cluster: dict[str, str]) -> list[tuple[str, str, str, str]]:  # 
         ).fetchall()
 
 
-def relayed(folder: Path) -> list[str]:
-    """The legacy MCP requests the workers logged as relayed to them from another worker."""
-    logs = "".join(log.read_text() for log in folder.glob("worker-*.log"))
+def relayed(logs: str) -> list[str]:
+    """The legacy MCP requests the workers logged (``logs``) as relayed to them from another
+    worker."""
     return [line for line in logs.splitlines() if "relayed from" in line]
 
 
@@ -364,14 +413,12 @@ def relayed(folder: Path) -> list[str]:
 @pytest.mark.services
 @pytest.mark.timeout(180)
 async def test_a_2026_07_28_booking_through_the_balancer_is_booked_once(
-    site: Site,
-    cluster: dict[str, str],  # noqa: F811
-    tmp_path: Path,
+    shared: Site, logged: Callable[[], str]
 ) -> None:
     """The official Python client, protocol 2026-07-28: each retry goes to whichever worker
     the balancer picks, and one that is not the call's holder has the holder serve it."""
     flight = search_flights(ROUTE["origin"], ROUTE["destination"])[0].id
-    async with Client(f"{site.url}/mcp", mode=MODERN, elicitation_callback=Person()) as client:
+    async with Client(f"{shared.url}/mcp", mode=MODERN, elicitation_callback=Person()) as client:
         key, state = await at_seat_question(client)
         review = await retry(client, state, seat_answer(key, free_seat(flight)))
         pay_key, pay_state = await paid_after_review(client, review)
@@ -379,23 +426,21 @@ async def test_a_2026_07_28_booking_through_the_balancer_is_booked_once(
     assert isinstance(done, types.CallToolResult) and not done.is_error, done
     booked = done.structured_content
     assert booked is not None and booked["booked"] is True
-    rows = await issued_once(site, cluster, booked["ticket"])
+    rows = await issued_once(shared.env, booked["ticket"])
     assert rows["resumes"] == 0  # never taken over
-    logs = "".join(log.read_text() for log in tmp_path.glob("worker-*.log"))
-    assert "retry served by its holder" in logs  # round robin sent one to the other worker
+    assert "retry served by its holder" in logged()  # round robin sent one to the other worker
 
 
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(180)
 async def test_the_final_retry_sent_to_both_workers_at_once_issues_one_ticket(
-    site: Site,
-    cluster: dict[str, str],  # noqa: F811
+    shared: Site,
 ) -> None:
     """A client (or a balancer's retry) sends the same 2026-07-28 retry to both workers at
     once: the one not holding the call has the holder serve it, under the call's lock: one
     ticket, the same result twice."""
-    first, second = site.workers
+    first, second = shared.workers
     async with (
         Client(f"{first}/mcp", mode=MODERN, elicitation_callback=Person()) as one,
         Client(f"{second}/mcp", mode=MODERN, elicitation_callback=Person()) as other,
@@ -404,22 +449,25 @@ async def test_the_final_retry_sent_to_both_workers_at_once_issues_one_ticket(
         results = await asyncio.gather(retry(one, state, answer), retry(other, state, answer))
     assert all(isinstance(r, types.CallToolResult) and not r.is_error for r in results), results
     assert results[0].structured_content == results[1].structured_content
-    await issued_once(site, cluster, results[0].structured_content["ticket"])
+    await issued_once(shared.env, results[0].structured_content["ticket"])
 
 
 @pytest.mark.slow
 @pytest.mark.services
 @pytest.mark.timeout(240)
-async def test_typescript_clients_book_through_the_balancer(balanced: str, tmp_path: Path) -> None:
+async def test_typescript_clients_book_through_the_balancer(
+    shared: Site, logged: Callable[[], str], tmp_path: Path
+) -> None:
     """The official TypeScript SDK 1.x (legacy sessions, served by their holder whichever
     worker a request reaches; forms and the payment page, and ``_respond`` for a client that
     cannot elicit) and the official Tasks client (each tasks/get and tasks/update to either
     worker)."""
+    balanced = shared.url
     sdk = run_script("sdk-v1.mjs", "@modelcontextprotocol/sdk", f"{balanced}/mcp", home=tmp_path)
     assert_booked(sdk["formAndUrl"])
     assert sdk["formAndUrl"]["result"]["paid"] == {"last4": "4242"}
     assert_respond_path(sdk["respond"])
-    assert relayed(tmp_path)  # its session's requests reached the holder through the other
+    assert relayed(logged())  # its session's requests reached the holder through the other
     tasks = run_script("tasks.mjs", f"{balanced}/mcp", home=tmp_path)
     book = tasks["book"]
     assert (book["kind"], book["status"], book["errors"]) == ("task", "completed", [])
@@ -430,13 +478,12 @@ async def test_typescript_clients_book_through_the_balancer(balanced: str, tmp_p
 @pytest.mark.services
 @pytest.mark.timeout(180)
 async def test_a_chat_booking_in_chromium_through_the_balancer(
-    browser: Browser,
-    site: Site,
-    cluster: dict[str, str],  # noqa: F811
+    browser: Browser, shared: Site
 ) -> None:
     """A new user in chromium: every page, static file and the payment page through the
     balancer, the socket on one worker; no request fails, the booking is confirmed once."""
-    chat, failed = await open_watched_chat(browser, site.url)
+    before = booked_calls(shared.env)
+    chat, failed = await open_watched_chat(browser, shared.url)
     await ask_for_flights(chat)
     flight_id = await pick_first_flight(chat)
     seat = first_free(flight_id)
@@ -444,8 +491,8 @@ async def test_a_chat_booking_in_chromium_through_the_balancer(
     await review_and_pay(chat)
     await expect_confirmation(chat, seat)
     assert failed == []
-    [call_id] = booked_calls(cluster)
-    rows = await recorded(site, cluster, call_id)
+    [call_id] = booked_calls(shared.env) - before
+    rows = await recorded(shared.env, call_id)
     assert rows["status"] == "completed" and len(rows["steps"]) == 1
 
 
@@ -475,7 +522,7 @@ async def test_kill_9_of_the_worker_holding_a_booking_another_finishes_it_once(
         done = await chat.next("tool_call", status="completed", timeout=40)
         assert (done["result"]["booked"], done["result"]["seat"]) == (True, label)
         await chat.close()
-    rows = await issued_once(site, cluster, done["result"]["ticket"], seats["call_id"])
+    rows = await issued_once(cluster, done["result"]["ticket"], seats["call_id"])
     assert rows["resumes"] == 1
 
 
