@@ -19,6 +19,8 @@ from typing import IO
 
 import pytest
 
+from tests import zygote
+
 ROOT = Path(__file__).resolve().parent.parent
 # Debian's chromium-headless-shell (the old headless shell, what Playwright itself runs headless)
 # before the full browser: it costs 40 % less CPU on the same tests; a machine with only
@@ -233,15 +235,20 @@ def superuser(database: Path, prefix: str = "ops") -> tuple[str, str]:
     return name, password
 
 
+def log_path(name: str, log: Path | None) -> Path | None:
+    """The file a server writes to: ``log``, else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else
+    none."""
+    logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
+    return log if log is not None else Path(logs) / f"{name}.log" if logs else None
+
+
 def output(name: str, log: Path | int | None) -> IO[bytes] | int:
     """Where a server writes: ``log`` (a file, or ``subprocess.PIPE`` to read it as it comes),
     else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else nowhere."""
     if isinstance(log, int):
         return log
-    if log is not None:
-        return log.open("wb")
-    logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
-    return open(f"{logs}/{name}.log", "wb") if logs else subprocess.DEVNULL  # noqa: SIM115
+    path = log_path(name, log)
+    return path.open("wb") if path is not None else subprocess.DEVNULL
 
 
 # Every server this process started and has not seen exit: whatever a test did, they are
@@ -305,10 +312,17 @@ def start_each(*starts: Callable[[], subprocess.Popen[bytes]]) -> list[subproces
 def start_module(
     command: Sequence[str], port: int, env: dict[str, str], *, log: Path | int | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m <command>``, a server listening on ``port``, listening on return. Its output
+    """``python -m <command>``, a server listening on ``port``, listening on return (forked
+    from the zygote, ``tests.zygote``, unless its output is read through a pipe). Its output
     goes to ``log``, else ``$CHATBRIDGE_TEST_LOGS/<module>-<port>.log`` when that is set, else
     nowhere."""
-    proc = _spawn(list(command), env, output(f"{command[0]}-{port}", log))
+    name = f"{command[0]}-{port}"
+    if isinstance(log, int):
+        proc = _spawn(list(command), env, output(name, log))
+    else:
+        path = log_path(name, log)
+        proc = zygote.fork(command, env, str(ROOT), str(path) if path is not None else None)
+        _started.append(proc)
     try:
         wait_for_port(port, proc)
     except BaseException:  # it did not come up in time: it must not stay behind
