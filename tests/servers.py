@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import importlib
 import os
 import random
 import shutil
@@ -131,15 +133,17 @@ def template_folder() -> Path:
 
 def migrated_template(settings: str = "chatbridge.settings") -> Path:
     """A SQLite database migrated by ``manage.py migrate`` with ``settings``, made once per test
-    run and shared by its pytest-xdist workers (a lock file keeps two from making it at once).
-    Only copies of it are served: nothing writes to it once made."""
+    run for every settings module with the same schema (``_schema``) and shared by the run's
+    pytest-xdist workers (a lock file keeps two from making it at once). Only copies of it are
+    served: nothing writes to it once made."""
     folder = template_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    template = folder / f"{settings}.sqlite3"
-    with (folder / f"{settings}.lock").open("w") as lock:
+    schema = _schema(settings)
+    template = folder / f"{schema}.sqlite3"
+    with (folder / f"{schema}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not template.exists():
-            making = folder / f"{settings}.{os.getpid()}.making"
+            making = folder / f"{schema}.{os.getpid()}.making"
             env = {
                 **os.environ,
                 "DATABASE_URL": f"sqlite:///{making}",
@@ -149,6 +153,15 @@ def migrated_template(settings: str = "chatbridge.settings") -> Path:
             subprocess.run(manage, cwd=ROOT, env=env, check=True, timeout=120)
             making.rename(template)  # whole, or not there
     return template
+
+
+def _schema(settings: str) -> str:
+    """What a database migrated with ``settings`` depends on, as a name: its installed apps
+    and its user model (the test settings modules differ in plugins and options, not in
+    these, so they share one template)."""
+    module = importlib.import_module(settings)
+    apps = (list(module.INSTALLED_APPS), getattr(module, "AUTH_USER_MODEL", "auth.User"))
+    return "schema-" + hashlib.sha256(repr(apps).encode()).hexdigest()[:12]
 
 
 def postgres_template(host: str, port: str) -> str:
