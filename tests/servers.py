@@ -251,8 +251,10 @@ def superuser(database: Path, prefix: str = "ops") -> tuple[str, str]:
 def log_path(name: str, log: Path | None) -> Path | None:
     """The file a server writes to: ``log``, else ``$CHATBRIDGE_TEST_LOGS/<name>.log``, else
     none."""
+    if log is not None:
+        return log
     logs = os.environ.get("CHATBRIDGE_TEST_LOGS")
-    return log if log is not None else Path(logs) / f"{name}.log" if logs else None
+    return Path(logs) / f"{name}.log" if logs else None
 
 
 def output(name: str, log: Path | int | None) -> IO[bytes] | int:
