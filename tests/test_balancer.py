@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import httpx2
@@ -50,6 +50,7 @@ from tests.test_mcp_sessions import (
     paid_after_review,
     retry,
     seat_answer,
+    wait_until,
 )
 from tests.test_worker_faults import (  # noqa: F401 (fixtures)
     OwnRedis,
@@ -58,8 +59,6 @@ from tests.test_worker_faults import (  # noqa: F401 (fixtures)
     own_redis,
     wait_connect,
 )
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -175,27 +174,21 @@ def ids_of(form: dict[str, Any]) -> dict[str, Any]:
 async def recorded(env: dict[str, str], call_id: str) -> dict[str, Any]:
     """The call's record once it has ended there (a client hears of a call's end before the
     worker's writer has written it)."""
-    return await asyncio.to_thread(polled, lambda: ended(cluster_rows(env, call_id)))
+    rows = await asyncio.to_thread(wait_until, lambda: ended(cluster_rows(env, call_id)), 30)
+    assert rows is not None, f"call {call_id} had not ended on record in 30 s"
+    return rows
 
 
 def ended(rows: dict[str, Any]) -> dict[str, Any] | None:
     return rows if rows["status"] not in ("running", "awaiting_elicit", "awaiting_sample") else None
 
 
-def polled(found: Callable[[], T | None], timeout: float = 30) -> T:
-    """What ``found`` finds on record, read again until it does (or fail after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while (it := found()) is None:
-        assert time.monotonic() < deadline, f"not on record in {timeout} s"
-        time.sleep(0.1)  # polling the record, not waiting for time to pass
-    return it
-
-
 async def issued_once(env: dict[str, str], ticket: str, call_id: str = "") -> dict[str, Any]:
     """The booking's call (``call_id``, or the call on record whose result names ``ticket``)
     completed, its ticket step done once and naming ``ticket``; its record."""
     if not call_id:
-        call_id = await asyncio.to_thread(polled, lambda: call_with_ticket(env, ticket))
+        call_id = await asyncio.to_thread(wait_until, lambda: call_with_ticket(env, ticket), 30)
+        assert call_id, f"no call on record names the ticket {ticket}"
     rows = await recorded(env, call_id)
     assert rows["status"] == "completed"
     [step] = rows["steps"]
