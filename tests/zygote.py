@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import multiprocessing
 import os
 import runpy
@@ -41,19 +42,15 @@ PRELOAD = [
     "starlette.applications",
     "uvicorn.main",
     "jsonschema",
-    "django.utils.functional",
 ]
 
-_context: ForkServerContext | None = None
 
-
+@functools.cache
 def _zygote() -> ForkServerContext:
-    global _context
-    if _context is None:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
-        _context = context
-    return _context
+    """This process's fork server (started with the first server it forks)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 def _serve(module: str, args: list[str], env: dict[str, str], cwd: str, log: str | None) -> None:
