@@ -14,12 +14,25 @@ import pytest
 from plugins.book_flight.data import seat_map_for
 from tests.chat_http import RemoteChat, pay_over_http
 from tests.servers import fixed_port, migrated_env, start_daphne, stop
+from tests.test_mcp_sessions import wait_until
 
 
 def tool_message_on_record(database: Path, call_id: str) -> bool:
     with sqlite3.connect(database) as db:
         query = "SELECT 1 FROM chatbridge_chat_message WHERE role = 'tool' AND tool_call_id = ?"
         return db.execute(query, (call_id,)).fetchone() is not None
+
+
+def asked_again(database: Path, call_id: str, key: str) -> bool:
+    """The call resumed on the restarted server and its replay reached ``key`` again: the
+    question is pending since the resume (its form and link are made)."""
+    with sqlite3.connect(database) as db:
+        query = (
+            "SELECT 1 FROM chatbridge_chat_toolsession WHERE id = ? AND resumes = 1"
+            " AND status = 'awaiting_elicit' AND pending_key = ?"
+            " AND pending_since >= last_resumed_at"
+        )
+        return db.execute(query, (call_id, key)).fetchone() is not None
 
 
 async def turn_ended_with(chat: RemoteChat, database: Path, call_id: str) -> None:
@@ -61,7 +74,10 @@ async def test_a_payment_link_from_before_a_restart_finishes_the_call(
             assert "parked 1 live tool call(s); they resume on restart" in log
 
             second = start_daphne(port, env, log=tmp_path / "second.log")
-            if when == "chat back first":  # the call resumes and asks again: the same link
+            if when == "chat back first":  # the call resumes and asks again: the same link,
+                # absolute though no socket of the chat had reached the new server when the
+                # new server resumed the call as it started
+                assert wait_until(lambda: asked_again(database, payment["call_id"], "payment"))
                 await chat.connect(base)
                 again = await chat.next("elicit", key="payment")
                 assert (again["elicit_id"], again["url"]) == (payment["elicit_id"], link)

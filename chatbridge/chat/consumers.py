@@ -46,7 +46,6 @@ from chatbridge.engine.protocol import (
 )
 from chatbridge.forwarded import client_network
 from chatbridge.records.outage import DatabaseUnavailable
-from chatbridge.records.url_links import remember_origin
 from chatbridge.runtime import RuntimeNotRunning, current_runtime
 
 __all__ = [
@@ -190,8 +189,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         try:
             await current_runtime().broadcast.announce(self.conversation_id)
             await self.accept()
-            remember_origin(self.conversation_id, _page_origin(self.scope))
             hub = current_runtime().hub
+            hub.page_at(self.conversation_id, _page_origin(self.scope))
             await self.send_event(hub.state(self.conversation_id))
             for form in hub.pending_forms(self.conversation_id):
                 await self.send_event(form)

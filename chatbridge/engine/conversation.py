@@ -208,6 +208,7 @@ class ResumableCall:
     journal: list[dict[str, Any]]
     worker: str
     abort_requested: tuple[str, str | None] | None = None  # asked to stop after committing
+    meta: dict[str, str] = field(default_factory=dict)  # what the call was started with
 
 
 @dataclass

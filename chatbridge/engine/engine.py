@@ -231,6 +231,10 @@ class ChatHub(HubControls):
             ack = ElicitResponseAck(call_id=cmd.call_id, elicit_id=cmd.elicit_id, action=cmd.action)
             await self.sink(conv.id, ack)
 
+    def page_at(self, conversation_id: str, origin: str) -> None:
+        """A socket of the conversation came from ``origin``: its calls' links point there."""
+        self.runner.page_at(conversation_id, origin)
+
     def state(self, conversation_id: str) -> ConversationState:
         """The conversation's state here (idle when this process holds nothing for it)."""
         conv = self._conversations.get(conversation_id)

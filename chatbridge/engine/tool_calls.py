@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -91,6 +92,9 @@ def ended_call(
     return started.model_copy(update=update)
 
 
+_ORIGINS_KEPT = 10_000
+
+
 class ToolCallRunner:
     """Turns a model's tool call into a session and drives it to the tool message."""
 
@@ -105,6 +109,29 @@ class ToolCallRunner:
     ) -> None:
         self.registry, self.manager, self.sink = registry, manager, sink
         self.render_form, self.set_phase = render_form, set_phase
+        # conversation id → origin its latest socket in this process came from (bounded)
+        self._origins: OrderedDict[str, str] = OrderedDict()
+
+    def page_at(self, conversation_id: str, origin: str) -> None:
+        """The conversation's chat page is served from ``origin`` (its socket said so): the
+        links of its calls' URL questions point there (``meta["origin"]``, kept on record with
+        the call, so a call resumed before any socket is back keeps its absolute links)."""
+        if not origin:
+            return
+        self._origins.pop(conversation_id, None)
+        self._origins[conversation_id] = origin
+        while len(self._origins) > _ORIGINS_KEPT:
+            self._origins.popitem(last=False)
+
+    def _meta(
+        self, conv: LiveConversation, on_record: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        """A chat call's meta: its conversation, and the origin of its page (the latest
+        socket's, else what the call kept on record)."""
+        meta = {**(on_record or {}), "conversation_id": conv.id}
+        if origin := self._origins.get(conv.id):
+            meta["origin"] = origin
+        return meta
 
     async def run(self, conv: LiveConversation, call: ToolCallRequest) -> ToolReply:
         """Run one tool call to its end; return the tool message for the model."""
@@ -121,7 +148,7 @@ class ToolCallRunner:
         event = ToolCallEvent(call_id=call.id, tool_name=call.name, arguments=arguments)
         try:
             session = await self.manager.create(
-                plugin.tool, arguments, call_id=call.id, meta={"conversation_id": conv.id}
+                plugin.tool, arguments, call_id=call.id, meta=self._meta(conv)
             )
         except (InvalidToolParams, DuplicateSession) as exc:
             await self.sink(
@@ -149,7 +176,7 @@ class ToolCallRunner:
                 call.arguments,
                 call_id=call.call_id,
                 journal=call.journal,
-                meta={"conversation_id": conv.id},
+                meta=self._meta(conv, call.meta),
                 abort_requested=call.abort_requested,
             )
         except (InvalidToolParams, DuplicateSession) as exc:

@@ -154,6 +154,7 @@ def _resumable(conversation_id: str) -> list[ResumableCall]:
             s.journal_entries(),
             s.worker,
             abort_requested(s.commitment),
+            {str(k): str(v) for k, v in (s.meta or {}).items()},
         )
         for s in ToolSession.objects.filter(
             conversation_id=conversation_id, status__in=ACTIVE_STATUSES

@@ -51,7 +51,6 @@ __all__ = [
     "answered",
     "find",
     "record_answer",
-    "remember_origin",
     "renew",
     "token_hash",
 ]
@@ -59,17 +58,6 @@ __all__ = [
 logger = logging.getLogger("chatbridge.links")
 
 _SALT = "chatbridge.records.url_links"
-_ORIGINS_KEPT = 10_000
-_origins: dict[str, str] = {}  # conversation id → origin of its latest socket
-
-
-def remember_origin(conversation_id: str, origin: str) -> None:
-    """The chat page of ``conversation_id`` is served from ``origin`` (its socket said so):
-    links of its questions point there unless ``CHATBRIDGE_PUBLIC_URL`` is set."""
-    _origins.pop(conversation_id, None)
-    _origins[conversation_id] = origin
-    while len(_origins) > _ORIGINS_KEPT:
-        del _origins[next(iter(_origins))]
 
 
 def token_hash(token: str) -> str:
@@ -82,8 +70,9 @@ def _token(elicit_id: str, nonce: str) -> str:
 
 
 def _base(meta: Mapping[str, str]) -> str:
-    public = str(setting("CHATBRIDGE_PUBLIC_URL") or "")
-    origin = public or meta.get("origin") or _origins.get(meta.get("conversation_id", ""), "")
+    """Where links point: ``CHATBRIDGE_PUBLIC_URL``, else the origin the call was asked from
+    (its chat page's or its MCP request's, in the call's meta)."""
+    origin = str(setting("CHATBRIDGE_PUBLIC_URL") or "") or meta.get("origin", "")
     return origin.rstrip("/")
 
 
