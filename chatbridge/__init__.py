@@ -26,6 +26,7 @@ from chatbridge.author.auto_form import auto_form
 from chatbridge.author.context import ToolContext
 from chatbridge.author.elicit import (
     Accept,
+    AnswerRefused,
     Cancel,
     Decline,
     ElicitAction,
@@ -35,6 +36,7 @@ from chatbridge.author.elicit import (
     ElicitRequest,
     ElicitResult,
     ElicitSchema,
+    answer_rule,
 )
 from chatbridge.author.exceptions import (
     ChangeRefused,
@@ -72,7 +74,6 @@ from chatbridge.author.plugins import (
     UrlQuestion,
     make_plugin,
 )
-from chatbridge.author.rules import AnswerRefused, answer_rule
 from chatbridge.author.sampling import SampleResult
 from chatbridge.author.tools import McpTool, ToolHints, create_mcp_tool
 from chatbridge.calls.events import SessionEvent

@@ -79,12 +79,11 @@ class ChatBridgeRuntime:
         # Imported here: building the parts needs Django's apps ready (models, templates).
         from chatbridge.author.sampling import LiteLLMSampler
         from chatbridge.calls.manager import SessionManager
-        from chatbridge.cluster.broadcast import Broadcast
+        from chatbridge.cluster.broadcast import Broadcast, Viewers
         from chatbridge.cluster.listener import WorkerListener
         from chatbridge.cluster.peers import ChannelPeers
         from chatbridge.cluster.record_watch import RecordWatch
         from chatbridge.cluster.takeover import Takeover
-        from chatbridge.cluster.viewers import Viewers
         from chatbridge.engine.engine import ChatHub
         from chatbridge.installed_plugins import get_registry
         from chatbridge.mcp.endpoint import build_mcp_endpoint

@@ -154,7 +154,7 @@ CHANNEL_LAYERS: dict[str, Any] = {
 }
 if _redis_url:
     # A conversation's events, to the other workers that show it, and what each worker shows
-    # (chatbridge.cluster.viewers): one PUBLISH each, nothing kept in Redis.
+    # (chatbridge.cluster.broadcast): one PUBLISH each, nothing kept in Redis.
     CHANNEL_LAYERS["chatbridge-events"] = {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {

@@ -56,29 +56,22 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 EXPECTED_PATH = (
     "chatbridge/author/elicit.py",
     "chatbridge/author/plugins.py",
-    "chatbridge/author/rules.py",
     "chatbridge/author/storable.py",
-    "chatbridge/calls/call_state.py",
     "chatbridge/calls/commitment.py",
     "chatbridge/calls/context.py",
     "chatbridge/calls/drive.py",
-    "chatbridge/calls/event_queue.py",
+    "chatbridge/calls/events.py",
     "chatbridge/calls/journal.py",
     "chatbridge/calls/manager.py",
-    "chatbridge/calls/observer.py",
-    "chatbridge/calls/question.py",
-    "chatbridge/calls/session_questions.py",
+    "chatbridge/calls/questions.py",
     "chatbridge/calls/sessions.py",
-    "chatbridge/calls/strict_json.py",
     "chatbridge/chat/consumers.py",
     "chatbridge/chat/limits.py",
     "chatbridge/cluster/broadcast.py",
-    "chatbridge/cluster/viewers.py",
     "chatbridge/engine/conversation.py",
     "chatbridge/engine/engine.py",
     "chatbridge/engine/protocol.py",
     "chatbridge/engine/tool_calls.py",
-    "chatbridge/records/group_commit.py",
     "chatbridge/records/lean_sql.py",
     "chatbridge/records/lease.py",
     "chatbridge/records/recorder.py",
@@ -92,8 +85,8 @@ EXPECTED_PATH = (
 # thread (the writer's group, where the answer's journal entry is written).
 MUST_RUN = (
     "chatbridge/chat/consumers.py:ChatConsumer.receive",
-    "chatbridge/calls/session_questions.py:SessionQuestions.respond_to_elicit",
-    "chatbridge/records/group_commit.py:run_group",
+    "chatbridge/calls/questions.py:SessionQuestions.respond_to_elicit",
+    "chatbridge/records/writer.py:run_group",
 )
 
 # Tasks that run on a clock or a queue of their own, not on the answer's way (by name prefix):
@@ -109,7 +102,7 @@ BACKGROUND = (
     "chatbridge-worker-",
 )
 # On a thread, what the database writer runs (every write of the answer goes through it).
-WRITER = ("records/group_commit.py", "run_group")
+WRITER = ("records/writer.py", "run_group")
 
 PACKAGE = Path(chatbridge.__file__).resolve().parent
 ROOT = PACKAGE.parent

@@ -2,7 +2,7 @@
 (one ``except`` catches them all), or is added below with the reason.
 
 Moving one of those below under ``ChatBridgeError`` changes what catches it: the runtime's
-``except ChatBridgeError`` sites (``calls/sessions._durably``, ``calls/call_state``, the
+``except ChatBridgeError`` sites (``calls/sessions._durably``, ``calls/context.CallState``, the
 consumer's ``dispatch_command``) treat a ``ChatBridgeError`` as the call's own outcome. Made
 one, ``DatabaseUnavailable`` stopped a call mid-outage instead of waiting for the database
 (tests/test_outages.py failed), so each site is to be checked before a class moves."""
@@ -28,7 +28,7 @@ NOT_CHATBRIDGE_ERRORS = {
     # ChatBridgeError stops the call.
     "chatbridge.records.outage.DatabaseUnavailable",
     # pydantic's error type, which a validator raises.
-    "chatbridge.author.rules.AnswerRefused",
+    "chatbridge.author.elicit.AnswerRefused",
     # Would change what a catch site of ChatBridgeError does: the engine's dispatch refuses a
     # ChatBridgeError to the user in its own words ("REFUSED"), and a journal write's is the
     # call's outcome. A lost peer's channel name, a stopped writer or runtime, and a phase

@@ -22,8 +22,8 @@ from django.test import override_settings
 from django.utils.module_loading import import_string
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from chatbridge.cluster.broadcast import EVENTS_LAYER, VIEWERS_GROUP, events_layer
 from chatbridge.cluster.messages import ChatEventCopy, Hidden, Showing, ShownAck
-from chatbridge.cluster.viewers import EVENTS_LAYER, VIEWERS_GROUP, events_layer
 from chatbridge.engine.protocol import AssistantMessage, ChatEvent, ErrorEvent
 from chatbridge.records.recorder import WORKER_ID
 from chatbridge.runtime import ChatBridgeRuntime, current_runtime

@@ -20,9 +20,8 @@ from django.test import override_settings
 from chatbridge import PluginRegistry, SessionManager
 from chatbridge.author.sampling import LiteLLMSampler
 from chatbridge.calls.links import MemoryUrlLinks
-from chatbridge.cluster.broadcast import Broadcast
+from chatbridge.cluster.broadcast import Broadcast, Viewers
 from chatbridge.cluster.messages import Showing
-from chatbridge.cluster.viewers import Viewers
 from chatbridge.engine.conversation import ResumableCall
 from chatbridge.engine.engine import BUSY_ELSEWHERE, ChatHub
 from chatbridge.engine.protocol import ElicitResponseCommand

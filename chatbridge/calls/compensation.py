@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import COMPENSATION_SCOPE, CommitmentGuard, CommitmentNote
-from chatbridge.calls.context import CallContext
+from chatbridge.calls.context import CallContext, CallState
 
 __all__ = ["compensate"]
 

@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from chatbridge.author.exceptions import DuplicateSession, SessionNotFound
 from chatbridge.author.sampling import LiteLLMSampler, Sampler
 from chatbridge.author.tools import McpTool
+from chatbridge.calls.events import SessionObserver, observe
 from chatbridge.calls.journal import JournalEntry, JournalStore, MemoryJournalStore
 from chatbridge.calls.links import UrlLinks
-from chatbridge.calls.observer import SessionObserver, observe
-from chatbridge.calls.question import MAX_REFUSED_ANSWERS
+from chatbridge.calls.questions import MAX_REFUSED_ANSWERS
 from chatbridge.calls.sessions import Clock, PluginSession, SessionInfo
 
 __all__ = ["SessionManager"]

@@ -26,8 +26,8 @@ from chatbridge.author.exceptions import ChangeRefused, ElicitNotPending
 from chatbridge.author.exits import NO_DECLARED_EXITS, Change, QuestionExits, default_change_label
 from chatbridge.author.language import gettext as _
 from chatbridge.author.tools import McpTool
-from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import CommitmentGuard
+from chatbridge.calls.context import CallState
 from chatbridge.calls.journal import Journal, JournalEntry
 from chatbridge.calls.links import UrlLinks
 

@@ -13,11 +13,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from chatbridge.author.exceptions import ClaimLost, JournalWriteFailed, SessionAborted
-from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard, CommitmentNote
 from chatbridge.calls.compensation import compensate
-from chatbridge.calls.events import AbortedEvent
-from chatbridge.calls.observer import observe
+from chatbridge.calls.context import CallState
+from chatbridge.calls.events import AbortedEvent, observe
 
 if TYPE_CHECKING:
     from chatbridge.calls.sessions import PluginSession

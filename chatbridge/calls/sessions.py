@@ -8,7 +8,7 @@ socket: whoever drives a session reads ``next_event()`` and answers, and may com
 
 The session is one class composed of named collaborators, each owning its own state: its
 ``events`` (``EventQueue``), its ``questions`` (the open question and its answers,
-``chatbridge.calls.session_questions``), its ``stops`` (abort, compensation, parking,
+``chatbridge.calls.questions``), its ``stops`` (abort, compensation, parking,
 ``chatbridge.calls.session_stops``) and its ``changes`` (an earlier answer changed,
 ``chatbridge.calls.session_changes``). They share the call's ``CallState``, its journal and its
 ``CommitmentGuard``; the session's own methods are what its hosts and the tool call.
@@ -36,17 +36,18 @@ from chatbridge.author.exceptions import (
 from chatbridge.author.exits import Change
 from chatbridge.author.sampling import Sampler, SampleRequest, SampleResult
 from chatbridge.author.tools import Commitment, McpTool
-from chatbridge.calls.call_state import CallState
 from chatbridge.calls.commitment import AbortDecision, CommitmentGuard
-from chatbridge.calls.context import CallContext
-from chatbridge.calls.event_queue import EventQueue
+from chatbridge.calls.context import CallContext, CallState
 from chatbridge.calls.events import (
     AbortedEvent,
     CompletedEvent,
+    EventQueue,
     FailedEvent,
     LogEvent,
     ProgressEvent,
     SessionEvent,
+    SessionObserver,
+    observe,
 )
 from chatbridge.calls.journal import (
     EntryKind,
@@ -57,12 +58,16 @@ from chatbridge.calls.journal import (
     to_json_value,
 )
 from chatbridge.calls.links import UrlLinks
-from chatbridge.calls.observer import SessionObserver, observe
 from chatbridge.calls.outcome import Outcome, aborted, completed, failed
-from chatbridge.calls.question import MAX_REFUSED_ANSWERS, FieldErrors, Question
+from chatbridge.calls.questions import (
+    MAX_REFUSED_ANSWERS,
+    FieldErrors,
+    Question,
+    QuestionAnswers,
+    SessionQuestions,
+)
 from chatbridge.calls.session_changes import AnswerChanged, SessionChanges
 from chatbridge.calls.session_info import SessionInfo, SessionStatus
-from chatbridge.calls.session_questions import QuestionAnswers, SessionQuestions
 from chatbridge.calls.session_stops import PARKED, SessionStops
 
 __all__ = ["Clock", "PluginSession", "SessionInfo", "SessionStatus"]

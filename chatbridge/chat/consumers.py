@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from chatbridge.asgi_types import Scope
 from chatbridge.author.exceptions import ChatBridgeError, RefusalCode, format_errors
-from chatbridge.calls import strict_json
 from chatbridge.chat.coalesce import coalesce
 from chatbridge.chat.disconnects import client_gone
 from chatbridge.chat.languages import socket_language
@@ -38,10 +37,12 @@ from chatbridge.engine.protocol import (
     EditMessage,
     ElicitResponseCommand,
     ErrorEvent,
+    NotStrictJson,
     Regenerate,
     Stop,
     UserMessage,
     UserMessageCommand,
+    decode_frame,
     parse_command,
 )
 from chatbridge.forwarded import client_network
@@ -258,8 +259,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
                 await self.refuse("RATE_LIMITED", _("Too many messages; slow down."))
             return
         try:  # NaN, 1e999 and lone surrogates are refused here, before anything keeps them
-            data = strict_json.loads(raw)
-        except strict_json.NotStrictJson as exc:
+            data = decode_frame(raw)
+        except NotStrictJson as exc:
             await self.refuse("BAD_JSON", f"That message was not valid JSON: {exc}")
             return
         if not isinstance(data, dict):

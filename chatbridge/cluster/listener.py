@@ -6,7 +6,7 @@ carries out what other workers ask of the calls and conversations held here: an 
 abort, a URL page's answer, a user's answer, abort, approve or deny, an MCP task request,
 "what is live right now". It hands the events of conversations shown here that other workers
 publish to this worker's sockets, and keeps what the others say they show
-(the runtime's ``Viewers``, ``chatbridge.cluster.viewers``). It is given what it serves (the
+(the runtime's ``Viewers``, ``chatbridge.cluster.broadcast``). It is given what it serves (the
 runtime's sessions, hub, broadcast and MCP tasks) instead of looking for them.
 
 The listener is supervised: on a channel-layer error, its own or one met anywhere in the process
@@ -35,7 +35,14 @@ from django.db import DatabaseError
 from chatbridge.author.elicit import result_from_dict
 from chatbridge.calls.commitment import abort_decision_text
 from chatbridge.calls.manager import SessionManager
-from chatbridge.cluster.broadcast import Broadcast, conversations_here, deliver_here
+from chatbridge.cluster.broadcast import (
+    REFRESH_SECONDS,
+    VIEWERS_GROUP,
+    Broadcast,
+    conversations_here,
+    deliver_here,
+    events_layer,
+)
 from chatbridge.cluster.layer_health import note_trouble
 from chatbridge.cluster.messages import (
     AbortCall,
@@ -68,7 +75,6 @@ from chatbridge.cluster.messages import (
 from chatbridge.cluster.peers import WORKERS_GROUP, worker_group
 from chatbridge.cluster.reply_channels import NotDelivered, patiently, reconnected
 from chatbridge.cluster.routed_commands import routed_outcome
-from chatbridge.cluster.viewers import REFRESH_SECONDS, VIEWERS_GROUP, events_layer
 from chatbridge.engine.engine import ChatHub, CommandRefused
 from chatbridge.engine.protocol import (
     EVENT_ADAPTER,

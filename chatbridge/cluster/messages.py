@@ -128,7 +128,7 @@ class ListSessions(_Request):
 
 
 class ChatEventCopy(_Request):
-    """An event of a conversation the receiving worker shows (``chatbridge.cluster.viewers``)."""
+    """An event of a conversation the receiving worker shows (``chatbridge.cluster.broadcast``)."""
 
     type: Literal["workers.chat_event"] = "workers.chat_event"
     conversation_id: str
