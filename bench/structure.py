@@ -17,7 +17,8 @@ project's venv (grimp finds the package there). Migrations are left out of every
   import marked "in a function" when it is one.
 - **files per seat answer**: ``EXPECTED_PATH`` of ``tests/test_call_path.py``, which that test
   keeps equal to what one seat answer runs (from the browser's frame to ``ctx.elicit``
-  returning).
+  returning), and of ``tests/test_mcp_call_path.py`` for a legacy MCP client's (from its
+  reply to the seat's ``elicitation/create``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "chatbridge"
 CALL_PATH_TEST = ROOT / "tests" / "test_call_path.py"
+MCP_PATH_TEST = ROOT / "tests" / "test_mcp_call_path.py"
 LARGEST = 8
 
 
@@ -166,14 +168,14 @@ def _short(name: str) -> str:
     return name.removeprefix(f"{PACKAGE}.") if name != PACKAGE else name
 
 
-def _seat_answer_files() -> tuple[str, ...]:
-    tree = ast.parse(CALL_PATH_TEST.read_text(encoding="utf-8"))
+def _seat_answer_files(test: Path = CALL_PATH_TEST) -> tuple[str, ...]:
+    tree = ast.parse(test.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "EXPECTED_PATH" for t in node.targets
         ):
             return tuple(ast.literal_eval(node.value))
-    raise SystemExit(f"no EXPECTED_PATH in {CALL_PATH_TEST}")
+    raise SystemExit(f"no EXPECTED_PATH in {test}")
 
 
 def _commit() -> str:
@@ -197,12 +199,14 @@ def main() -> None:
     cycles = _components(graph)
     with_type_checking = _components(grimp.build_graph(PACKAGE, cache_dir=None))
     seat = _seat_answer_files()
+    mcp_seat = _seat_answer_files(MCP_PATH_TEST)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
     print(f"Structure of `{PACKAGE}/` at {_commit()} ({when}); migrations left out.\n")
     print("| figure | value |")
     print("| --- | --- |")
     print(f"| files per seat answer (`tests/test_call_path.py`) | {len(seat)} |")
+    print(f"| … from a legacy MCP client (`tests/test_mcp_call_path.py`) | {len(mcp_seat)} |")
     print(f"| modules (`.py`, `__init__.py` included) | {len(modules)} |")
     print(f"| lines (`wc -l`) | {sum(m.lines for m in modules):,} |")
     print(f"| median / largest module (lines) | {_median(modules)} / {_largest(modules)} |")

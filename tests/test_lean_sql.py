@@ -183,3 +183,46 @@ def test_one_statement_upserts_on_sqlite() -> None:
 @pytest.mark.services
 def test_one_statement_upserts_on_postgresql(postgres_url: str) -> None:  # noqa: F811
     assert on_postgresql("upserts", postgres_url) == json.loads(json.dumps(UPSERTS))
+
+
+def json_text() -> dict[str, object]:
+    """A step's result handed over as its JSON text (made once, when the result was checked)
+    is stored as the same value written as a dict: JSON numbers, non-ASCII text, nesting, and
+    a NUL scrubbed as a dict's would be (also on PostgreSQL, whose jsonb refuses NUL)."""
+    conversation = Conversation.objects.create(owner="session:lean")
+    ToolSession.objects.create(id="call-1", conversation=conversation, tool_name="t", worker="w")
+    values = [{"value": {"seat": "1A", "price": 461.5, "n": [1, 2], "who": "Zoë"}},
+              {"value": "a\u0000b"}, {"value": None}]  # fmt: skip
+    stored = []
+    for seq, value in enumerate(values):
+        for given in (value, lean_sql.JsonText(json.dumps(value))):
+            lean_sql.insert(
+                JournalRecord,
+                {"session_id": "call-1", "seq": seq, "kind": "step", "key": "k",
+                 "requested_at": AT, "scope": "", "pos": seq + 1},
+                unless=("session_id", "seq"),
+            )  # fmt: skip
+            lean_sql.update(JournalRecord, {"result": given}, session_id="call-1", seq=seq)
+            stored.append(JournalRecord.objects.get(session_id="call-1", seq=seq).result)
+    return {"stored": stored}
+
+
+JSON_TEXT = {
+    "stored": [
+        {"value": {"seat": "1A", "price": 461.5, "n": [1, 2], "who": "Zoë"}},
+        {"value": {"seat": "1A", "price": 461.5, "n": [1, 2], "who": "Zoë"}},
+        {"value": "a\ufffdb"},
+        {"value": "a\ufffdb"},
+        {"value": None},
+        {"value": None},
+    ]
+}
+
+
+def test_json_text_is_stored_as_its_value_on_sqlite() -> None:
+    assert json_text() == JSON_TEXT
+
+
+@pytest.mark.services
+def test_json_text_is_stored_as_its_value_on_postgresql(postgres_url: str) -> None:  # noqa: F811
+    assert on_postgresql("json_text", postgres_url) == json.loads(json.dumps(JSON_TEXT))

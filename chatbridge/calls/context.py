@@ -46,6 +46,7 @@ from chatbridge.calls.journal import (
     RAISED,
     Journal,
     JournalEntry,
+    json_value_and_text,
     request_digest,
     step_key,
     to_json_value,
@@ -359,9 +360,11 @@ class CallContext:
         except Exception as exc:  # it raised: run again on replay (as it was not recorded)
             await state.record_raised(start, exc)
             raise
-        value = to_json_value(raw, f"The result of step {name!r}")
+        value, text = json_value_and_text(raw, f"The result of step {name!r}")
         await state.record_step(
-            JournalEntry(seq, "step", name, {"value": value}, self.scope, pos, digest)
+            JournalEntry(
+                seq, "step", name, {"value": value}, self.scope, pos, digest, f'{{"value": {text}}}'
+            )
         )
         return value
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -47,6 +47,7 @@ __all__ = [
     "RAISED",
     "request_digest",
     "step_key",
+    "json_value_and_text",
     "to_json_value",
 ]
 
@@ -65,10 +66,16 @@ _DIGESTED = {
 
 def to_json_value(value: object, what: str) -> Any:
     """``value`` as plain JSON data (pydantic models become dicts), or ``NotSerializable``."""
+    return json_value_and_text(value, what)[0]
+
+
+def json_value_and_text(value: object, what: str) -> tuple[Any, str]:
+    """``value`` as plain JSON data and as the JSON text of it, or ``NotSerializable``: a
+    round trip through text gives exactly what a replay from storage will return, and the text
+    is what storage keeps (``JournalEntry.text``: made once, not again by the record)."""
     try:
-        plain = to_jsonable_python(value)
-        # A round trip through text gives exactly what a replay from storage will return.
-        return json.loads(json.dumps(plain, allow_nan=False))
+        text = json.dumps(to_jsonable_python(value), allow_nan=False)
+        return json.loads(text), text
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise NotSerializable(what, value, str(exc)) from None
 
@@ -97,6 +104,8 @@ class JournalEntry:
     """One recorded capability result, at position ``pos`` of branch path ``scope``.
 
     ``digest`` is ``None`` only for entries stored before scopes existed (see ``Journal``).
+    ``text``: the JSON text of ``result`` when it was made already (a step's result is turned
+    to text to be checked), for the record to keep as it is.
     """
 
     seq: int
@@ -106,6 +115,7 @@ class JournalEntry:
     scope: str = ""
     pos: int | None = None
     digest: str | None = None
+    text: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {

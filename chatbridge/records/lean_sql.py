@@ -15,6 +15,7 @@ with NUL is refused where it enters), and PostgreSQL refuses NUL where SQLite ke
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from typing import Any
 
@@ -24,7 +25,7 @@ from django.utils import timezone
 
 from chatbridge.author.storable import nul_at, scrubbed
 
-__all__ = ["append_numbered", "insert", "max_of", "rows", "select", "update"]
+__all__ = ["JsonText", "append_numbered", "insert", "max_of", "rows", "select", "update"]
 
 
 def update(model: type[Model], values: dict[str, Any], **where: Any) -> int:
@@ -128,14 +129,33 @@ def _decoded(row: tuple[Any, ...], decoders: list[Any]) -> tuple[Any, ...]:
     )
 
 
+class JsonText(str):
+    """The JSON text of a JSON field's value, made already: written as it is (a value is
+    turned to text once), unless it holds a NUL (``\\u0000``), which is scrubbed as a value's."""
+
+
 def _storable(value: Any) -> Any:
+    if isinstance(value, JsonText):
+        return scrubbed(json.loads(value)) if "\\u0000" in value else value
     if isinstance(value, str | dict | list) and nul_at(value) is not None:
         return scrubbed(value)
     return value
 
 
 def _prep(field: Field[Any, Any], value: Any) -> Any:
+    if isinstance(value, JsonText):
+        return _json_param(str(value))
     return field.get_db_prep_save(value, connection)
+
+
+def _json_param(text: str) -> Any:
+    """A JSON column's parameter for ``text``: on PostgreSQL psycopg's ``Jsonb`` (as Django's
+    own), which sends the text as it is; elsewhere the text."""
+    if connection.vendor != "postgresql":
+        return text
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(None, dumps=lambda _: text)
 
 
 def _field(model: type[Model], name: str) -> Field[Any, Any]:

@@ -126,7 +126,7 @@ def _append(
         "scope": entry.scope,
         "pos": entry.pos,
         "digest": entry.digest or "",
-        "result": entry.result,
+        "result": entry.result if entry.text is None else lean_sql.JsonText(entry.text),
         "answered_at": now,
     }
     where = {"session_id": session_id, "seq": entry.seq}
