@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -320,7 +320,10 @@ class Journal:
         self._started[(entry.scope, entry.pos)] = entry
 
     def add(self, entry: JournalEntry) -> None:
-        """Keep a live call's entry (after its store accepted it)."""
+        """Keep a live call's entry (after its store accepted it), without the text the store
+        wrote (a suspended call keeps its journal in memory: not twice)."""
+        if entry.text is not None:
+            entry = replace(entry, text=None)
         assert entry.pos is not None
         self._entries[(entry.scope, entry.pos)] = entry
         if self._started:
