@@ -16,7 +16,7 @@ from django.utils import translation
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbridge.author.human import human_value, pydantic_messages
-from tests.chat_client import html_socket
+from tests.chat_client import ChatClient, html_socket
 from tests.messages import CATALOGS, ROOT, SOURCES, make_messages
 
 FRENCH = (b"accept-language", b"fr-FR,fr;q=0.9,en;q=0.5")
@@ -138,3 +138,21 @@ async def refusal_of_bad_json(*headers: tuple[bytes, bytes]) -> str:
         return frame
     finally:
         await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fresh_runtime")
+async def test_the_engines_refusals_come_in_the_sockets_language() -> None:
+    """A message sent while a tool waits is refused by the engine in the socket's language."""
+    chat = await ChatClient.start(headers=(FRENCH,))
+    try:
+        await chat.send_user("Book a flight from JFK to LAX")
+        await chat.next("elicit", key="pick_flight")
+        await chat.send_user("hello?")
+        error = await chat.next("error")
+        assert (error["code"], error["message"]) == (
+            "BUSY",
+            "Attendez la fin de la réponse en cours, ou interrompez l’outil en cours.",
+        )
+    finally:
+        await chat.close()

@@ -19,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from chatbridge.author.language import gettext as _
+from chatbridge.author.language import gettext_noop
 from chatbridge.author.plugins import FormPost, PluginRegistry
 from chatbridge.calls.manager import SessionManager
 from chatbridge.engine.completion import ToolCallRequest
@@ -61,9 +63,13 @@ __all__ = [
 
 logger = logging.getLogger("chatbridge.engine")
 
-SHUTTING_DOWN = "The server is restarting; please send that again in a moment."
-STALE_FORM = "This form is out of date: a newer question is open, so this answer was not used."
-BUSY_ELSEWHERE = (
+# Refusals, said in the person's language where they are raised (``_``).
+SHUTTING_DOWN = gettext_noop("The server is restarting; please send that again in a moment.")
+STALE_FORM = gettext_noop(
+    "This form is out of date: a newer question is open, so this answer was not used."
+)
+BUSY_HERE = gettext_noop("Please wait for the current reply, or abort the running tool.")
+BUSY_ELSEWHERE = gettext_noop(
     "Another server is running a reply in this conversation; please wait for it, or abort "
     "the running tool."
 )
@@ -212,17 +218,17 @@ class ChatHub(HubControls):
     async def _deliver(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> None:
         pending = conv.pending.get(cmd.call_id)
         if pending is None:
-            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+            raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
         if (pending.session_id, pending.elicit_id) != (cmd.session_id, cmd.elicit_id):
-            raise CommandRefused("STALE_ELICIT", STALE_FORM)
+            raise CommandRefused("STALE_ELICIT", _(STALE_FORM))
         # Its form may be being drawn (a replayed call, a redraw after a refused answer).
         shown = await pending.wait_shown(SHOW_PATIENCE)
         if not shown or conv.pending.get(cmd.call_id) is not pending:
-            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+            raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
         if cmd.change:
             await change_answer(pending.session, cmd.elicit_id, cmd.change)
         elif not pending.deliver(FormPost(cmd.action, dict(cmd.content))):
-            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+            raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
         self._delivered[conv.id, cmd.elicit_id] = cmd.given()
         self._delivered.move_to_end((conv.id, cmd.elicit_id))
         while len(self._delivered) > ANSWERS_REMEMBERED:
@@ -324,11 +330,9 @@ class ChatHub(HubControls):
         With ``fork`` (message id, edited), the conversation forks there first, holding the
         lease."""
         if self._closed:
-            raise CommandRefused("SHUTTING_DOWN", SHUTTING_DOWN)
+            raise CommandRefused("SHUTTING_DOWN", _(SHUTTING_DOWN))
         if conv.busy:
-            raise CommandRefused(
-                "BUSY", "Please wait for the current reply, or abort the running tool."
-            )
+            raise CommandRefused("BUSY", _(BUSY_HERE))
         take = (
             functools.partial(self.limits.take_new_turn, address=address)
             if new and self.limits
@@ -345,7 +349,7 @@ class ChatHub(HubControls):
             conv.starting.set()
             conv.starting = None
         if not taken:
-            raise CommandRefused("BUSY", BUSY_ELSEWHERE)
+            raise CommandRefused("BUSY", _(BUSY_ELSEWHERE))
         if fork is not None:
             try:
                 messages, calls = await self.store.fork(conv.id, fork[0], edit=fork[1])

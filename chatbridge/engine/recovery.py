@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chatbridge.author.exceptions import parse_refusal_code
+from chatbridge.author.language import gettext as _
+from chatbridge.author.language import gettext_noop
 from chatbridge.engine.conversation import (
     CommandRefused,
     ConversationStore,
@@ -35,7 +37,7 @@ __all__ = ["CLOSED", "NOT_OPEN", "ROUTE_PATIENCE", "ROUTE_RETRY", "Recovery"]
 
 logger = logging.getLogger("chatbridge.engine")
 
-NOT_OPEN = "That question is no longer open, so this answer was not used."
+NOT_OPEN = gettext_noop("That question is no longer open, so this answer was not used.")
 ROUTE_PATIENCE = 15.0  # seconds an answer waits for a live but unreachable owner
 ROUTE_RETRY = 0.5
 CLOSED = "That question is closed: its tool call has already finished, so this answer was not used."
@@ -131,14 +133,14 @@ class Recovery:
         live_here = self.manager.get(cmd.call_id) is not None
         if live_here and cmd.call_id in conv.calls:
             # Live here with no question open (answered, the tool works on): nothing to wait for.
-            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+            raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
         messages = await self.store.messages(conv.id)
         if cmd.call_id not in dangling_calls(messages):
             if cmd.call_id in _tool_calls(messages):  # it has ended (a copy is taken quietly)
                 raise CommandRefused("CLOSED", CLOSED)
             raise CommandRefused("NOT_FOUND", f"No tool call {cmd.call_id!r} in this conversation.")
         if live_here:  # this conversation's call runs in this process: never an orphan
-            raise CommandRefused("NOT_WAITING", NOT_OPEN)
+            raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
         if await self.route(conv, cmd):
             return
         # Its journal survived: resume, then answer. Resuming may take other calls of the
@@ -163,7 +165,7 @@ class Recovery:
         if cmd.call_id in conv.pending:  # shown, or being drawn: the delivery waits for it
             await self._deliver(conv, cmd)
             return
-        raise CommandRefused("NOT_WAITING", NOT_OPEN)
+        raise CommandRefused("NOT_WAITING", _(NOT_OPEN))
 
     async def route(self, conv: LiveConversation, cmd: ElicitResponseCommand) -> bool:
         """Hand the answer to the live worker holding its call; False once none holds it.

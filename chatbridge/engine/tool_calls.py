@@ -27,6 +27,7 @@ from chatbridge.author.exceptions import (
 )
 from chatbridge.author.exits import offered
 from chatbridge.author.language import gettext as _
+from chatbridge.author.language import gettext_noop
 from chatbridge.author.plugins import FieldErrors, FormPost, Plugin, PluginContext, PluginRegistry
 from chatbridge.author.url_card import url_card
 from chatbridge.calls.drive import EndEvent, Pause, drive
@@ -67,11 +68,12 @@ __all__ = ["FormRenderer", "FormSurface", "ToolCallRunner", "change_answer", "en
 
 logger = logging.getLogger("chatbridge.engine")
 
-NOT_OPEN_TO_CHANGE = (
+# Refusals of a change, said in the person's language where they are raised (``_``).
+NOT_OPEN_TO_CHANGE = gettext_noop(
     "That question is no longer open, so nothing was changed: change an answer from the "
     "question the tool asks now."
 )
-CHANGE_NOT_RECORDED = (
+CHANGE_NOT_RECORDED = gettext_noop(
     "The change could not be recorded (the server's database is unavailable), so it was not "
     "made; the tool call stopped where it was, and resumes when the database is back."
 )
@@ -402,9 +404,9 @@ async def change_answer(session: PluginSession, elicit_id: str, target: str) -> 
     except ChangeRefused as refused:
         raise CommandRefused("CHANGE_REFUSED", str(refused)) from None
     except ElicitNotPending:
-        raise CommandRefused("NOT_WAITING", NOT_OPEN_TO_CHANGE) from None
+        raise CommandRefused("NOT_WAITING", _(NOT_OPEN_TO_CHANGE)) from None
     except (JournalWriteFailed, ClaimLost):  # not on record: the call stopped there
-        raise CommandRefused("UNAVAILABLE", CHANGE_NOT_RECORDED) from None
+        raise CommandRefused("UNAVAILABLE", _(CHANGE_NOT_RECORDED)) from None
 
 
 class FormRenderer(Protocol):
