@@ -257,17 +257,25 @@ async def test_one_seat_answer_runs_the_expected_modules() -> None:
     finally:
         await socket.disconnect()
 
+    assert_path(path, "one seat answer", EXPECTED_PATH, MUST_RUN, "tests/test_call_path.py")
+
+
+def assert_path(
+    path: CallPath, what: str, expected: tuple[str, ...], must_run: tuple[str, ...], test: str
+) -> None:
+    """``path`` ran the functions ``must_run`` (the recording saw the answer) and exactly the
+    files ``expected``; printed in full with ``CHATBRIDGE_PRINT_PATH`` set."""
     if os.environ.get("CHATBRIDGE_PRINT_PATH"):
-        print(f"\none seat answer: {len(path.files)} files\n{path.report()}")
-    missing = [name for name in MUST_RUN if name not in path.functions]
+        print(f"\n{what}: {len(path.files)} files\n{path.report()}")
+    missing = [name for name in must_run if name not in path.functions]
     assert not missing, f"the recording missed {missing}: it did not see the answer's path"
-    added = sorted(set(path.files) - set(EXPECTED_PATH))
-    gone = sorted(set(EXPECTED_PATH) - set(path.files))
-    assert path.files == EXPECTED_PATH, (
-        f"one seat answer ran {len(path.files)} chatbridge files, EXPECTED_PATH has "
-        f"{len(EXPECTED_PATH)}; new: {added}, no longer run: {gone}. The files it ran:\n"
+    added = sorted(set(path.files) - set(expected))
+    gone = sorted(set(expected) - set(path.files))
+    assert path.files == expected, (
+        f"{what} ran {len(path.files)} chatbridge files, EXPECTED_PATH has {len(expected)}; "
+        f"new: {added}, no longer run: {gone}. The files it ran:\n"
         + "\n".join(path.files)
-        + "\n(CHATBRIDGE_PRINT_PATH=1 pytest tests/test_call_path.py -s prints what ran where)"
+        + f"\n(CHATBRIDGE_PRINT_PATH=1 pytest {test} -s prints what ran where)"
     )
 
 

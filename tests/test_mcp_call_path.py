@@ -44,7 +44,6 @@ ran off the way (see ``tests/test_call_path.py``).
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
@@ -61,7 +60,7 @@ from chatbridge.author.model_context import extract_context
 from chatbridge.calls.context import CallContext
 from chatbridge.records.writer import flush
 from tests.mcp_site import mcp_site
-from tests.test_call_path import CallPath, _profiled
+from tests.test_call_path import CallPath, _profiled, assert_path
 from tests.test_mcp import ROUTE, free_seat
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -185,17 +184,10 @@ async def test_one_seat_answer_over_legacy_mcp_runs_the_expected_modules(
     assert path is not None, "the seat question never came"
     assert not path.recording, "the seat's ctx.elicit never returned an Accept under the hook"
 
-    if os.environ.get("CHATBRIDGE_PRINT_PATH"):
-        print(f"\none seat answer over legacy MCP: {len(path.files)} files\n{path.report()}")
-    missing = [name for name in MUST_RUN if name not in path.functions]
-    assert not missing, f"the recording missed {missing}: it did not see the answer's path"
-    added = sorted(set(path.files) - set(EXPECTED_PATH))
-    gone = sorted(set(EXPECTED_PATH) - set(path.files))
-    assert path.files == EXPECTED_PATH, (
-        f"one seat answer over legacy MCP ran {len(path.files)} chatbridge files, "
-        f"EXPECTED_PATH has {len(EXPECTED_PATH)}; new: {added}, no longer run: {gone}. "
-        "The files it ran:\n"
-        + "\n".join(path.files)
-        + "\n(CHATBRIDGE_PRINT_PATH=1 pytest tests/test_mcp_call_path.py -s prints what ran "
-        "where)"
+    assert_path(
+        path,
+        "one seat answer over legacy MCP",
+        EXPECTED_PATH,
+        MUST_RUN,
+        "tests/test_mcp_call_path.py",
     )
