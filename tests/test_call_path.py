@@ -62,7 +62,6 @@ EXPECTED_PATH = (
     "chatbridge/calls/drive.py",
     "chatbridge/calls/events.py",
     "chatbridge/calls/journal.py",
-    "chatbridge/calls/manager.py",
     "chatbridge/calls/questions.py",
     "chatbridge/calls/sessions.py",
     "chatbridge/chat/consumers.py",
@@ -77,7 +76,6 @@ EXPECTED_PATH = (
     "chatbridge/records/recorder.py",
     "chatbridge/records/store.py",
     "chatbridge/records/writer.py",
-    "chatbridge/runtime.py",
 )
 
 # Functions the path must run, as "file:qualified name", so the test cannot pass on a recording

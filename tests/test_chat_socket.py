@@ -170,16 +170,22 @@ async def test_a_lost_session_is_reported_and_the_model_retries(chat: ChatClient
     await chat.send_user(BOOK)
     flights = await chat.next("elicit", key="pick_flight")
     # A restart that lost the call's record too (a restored database, say): nothing to resume.
+    # The page reconnects to the new process, its form still showing, and the person answers.
+    await chat.close()
     await current_runtime().aclose()
     await sync_to_async(ToolSession.objects.filter(pk=flights["call_id"]).delete)()
     await ChatBridgeRuntime.from_settings().start()
+    again = ChatClient(chat.conversation_id, chat.session_key)
+    await again.connect()
+    await again.next("conversation_state")
+    chat.socket = again.socket  # the fixture closes it
 
-    await chat.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
-    lost = await chat.next("session_error")
+    await again.answer(flights, flight_id=flights["context"]["flights"][0]["id"])
+    lost = await again.next("session_error")
     assert (lost["error"], lost["call_id"]) == ("SESSION_NOT_FOUND", flights["call_id"])
-    retry = await chat.next("elicit", key="pick_flight")
+    retry = await again.next("elicit", key="pick_flight")
     assert retry["call_id"] != flights["call_id"]
-    messages = [e for e in chat.events if e["type"] == "assistant_message"]
+    messages = [e for e in again.events if e["type"] == "assistant_message"]
     assert messages[-1]["content"] == "The book flight session was lost; trying again."
 
 

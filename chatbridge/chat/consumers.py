@@ -47,7 +47,7 @@ from chatbridge.engine.protocol import (
 )
 from chatbridge.forwarded import client_network
 from chatbridge.records.outage import DatabaseUnavailable
-from chatbridge.runtime import RuntimeNotRunning, current_runtime
+from chatbridge.runtime import ChatBridgeRuntime, RuntimeNotRunning, current_runtime
 
 __all__ = [
     "CLOSE_FORBIDDEN",
@@ -130,6 +130,8 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
     # the conversation's events until the server's disconnect reaches it; they are dropped.
     closed = False
 
+    # The runtime the socket was admitted on (its owner checked): frames go to its hub.
+    runtime: ChatBridgeRuntime | None = None
     _sender: asyncio.Task[None] | None = None
     lagging = False  # fell MAX_OUTBOX events behind: being closed
 
@@ -188,9 +190,10 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         self.outbox: asyncio.Queue[ChatEvent] = asyncio.Queue()
         attach(self.conversation_id, self)
         try:
-            await current_runtime().broadcast.announce(self.conversation_id)
+            self.runtime = runtime = current_runtime()
+            await runtime.broadcast.announce(self.conversation_id)
             await self.accept()
-            hub = current_runtime().hub
+            hub = runtime.hub
             hub.page_at(self.conversation_id, _page_origin(self.scope))
             await self.send_event(hub.state(self.conversation_id))
             for form in hub.pending_forms(self.conversation_id):
@@ -237,7 +240,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
         """The channel layer is back after an outage: the conversation's state again, and
         the worker running its turn, if another, shows its open questions again (events it
         published meanwhile were lost)."""
-        hub = current_runtime().hub
+        if self.runtime is None:
+            return
+        hub = self.runtime.hub
         self.deliver(hub.state(self.conversation_id))  # in order with the events queued
         await hub.recover(self.conversation_id)
 
@@ -305,7 +310,9 @@ class ChatConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is
             await self.refuse("INTERNAL_ERROR", "That did not work because of a server error.")
 
     async def dispatch_command(self, command: Command) -> None:
-        hub = current_runtime().hub
+        if self.runtime is None:  # a socket refused at its start reads nothing
+            raise CommandRefused("NOT_FOUND", "This connection was not admitted.")
+        hub = self.runtime.hub
         conversation = self.conversation_id
         match command:
             case UserMessageCommand():

@@ -306,9 +306,10 @@ class ChatHub(HubControls):
 
     def forget_if_idle(self, conv: LiveConversation) -> None:
         """Drop the conversation's state once nothing runs, waits or holds it."""
+        if conv.busy or conv.holders or conv.pending or conv.approvals or conv.resuming:
+            return  # held: its calls are looked at when it is let go
         conv.calls = {c for c in conv.calls if self.manager.get(c) is not None}
-        held = conv.busy or conv.holders or conv.pending or conv.approvals or conv.resuming
-        if held or conv.calls:
+        if conv.calls:
             return
         if self._conversations.get(conv.id) is conv:
             del self._conversations[conv.id]
