@@ -632,3 +632,24 @@ async def test_a_client_cancelling_and_ending_its_session_logs_no_error(site: Si
     assert len(ended) == 5 and {r[1:] for r in ended} <= outcomes, ended
     log = (site.database.parent / "daphne.log").read_text()
     assert "ERROR" not in log and "Traceback" not in log, log
+
+
+# sse-starlette's keep-alive: a stream with nothing to say sends its first bytes after this.
+SSE_PING_SECONDS = 15
+
+
+async def test_an_event_stream_is_open_at_once_on_daphne_not_at_its_first_ping(site: Site) -> None:
+    """Daphne (Twisted) writes a response's headers with its first body bytes, and an idle
+    event stream has none until sse-starlette's first ping, 15 s later: a client opening the
+    session's GET stream, or a call's stream before its first event, waited that long to
+    know it was open. ChatBridge sends the headers as the stream starts."""
+    async with raw_session(f"{site.url}/mcp") as session:
+        headers = {**session._headers(), "Accept": "text/event-stream"}
+        headers.pop("Content-Type")
+
+        async def opened() -> tuple[int, str]:
+            async with session.http.stream("GET", session.url, headers=headers) as reply:
+                return reply.status_code, reply.headers["content-type"]
+
+        status, kind = await asyncio.wait_for(opened(), SSE_PING_SECONDS - 5)
+        assert status == 200 and kind.startswith("text/event-stream")

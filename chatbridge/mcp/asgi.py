@@ -68,6 +68,22 @@ _CLOSED = (
 )
 
 
+def _streams_open_at_once(send: Send) -> Send:
+    """``send``, with an event stream's headers sent as it starts. Daphne (Twisted) writes a
+    response's headers with its first body bytes, and an idle stream (a session's GET
+    stream, a call before its first event) has none until sse-starlette's first ping, 15 s
+    on: an empty chunk after the start sends them (uvicorn sends them anyway)."""
+
+    async def sending(message: MutableMapping[str, Any]) -> None:
+        await send(message)
+        if message["type"] == "http.response.start":
+            kind = dict(message.get("headers") or ()).get(b"content-type", b"")
+            if kind.startswith(b"text/event-stream"):
+                await send({"type": "http.response.body", "body": b"", "more_body": True})
+
+    return sending
+
+
 async def _refuse(
     send: Send, status: int, body: dict[str, str], headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
@@ -329,6 +345,7 @@ class McpEndpoint:
             await self._metadata(scope, send)
             return
         if scope["type"] == "http":
+            send = _streams_open_at_once(send)
             foreign = self._foreign_origin(scope)
             if foreign is not None:
                 detail = (
