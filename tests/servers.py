@@ -217,6 +217,22 @@ def postgres_copy(name: str, host: str, port: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
 
 
+@contextlib.contextmanager
+def migrated_postgres(host: str, port: str, prefix: str = "chatbridge_test") -> Iterator[str]:
+    """The URL of a new PostgreSQL database, a copy of the run's migrated template (with its
+    staff user ``ops``), dropped when the block ends."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    postgres_copy(name, host, port)
+    try:
+        yield f"postgres://postgres@{host}:{port}/{name}"
+    finally:
+        admin = f"postgresql://postgres@{host}:{port}/postgres"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def drop_postgres_template(host: str, port: str) -> None:
     """Drop the run's PostgreSQL template, if it made one."""
     if not (template_folder() / "postgres.made").exists():

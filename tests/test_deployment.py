@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import struct
@@ -41,7 +42,7 @@ from chatbridge.mcp.asgi import McpEndpoint
 from chatbridge.mcp.callers import Caller, Refusal
 from chatbridge.mcp.server import McpBridge, McpSettings
 from tests.production import Production, production_env
-from tests.servers import ROOT, free_port, start_daphne, stop
+from tests.servers import ROOT, free_port, migrated_template, start_daphne, stop
 
 OLD_CONSTANT = "chatbridge-development-only-not-secret"
 
@@ -352,7 +353,7 @@ def test_check_deploy_reports_static_files_not_collected(tmp_path: Path) -> None
 
 def test_debug_asked_for_serves_the_apps_static_files_and_debug_pages(tmp_path: Path) -> None:
     env = production_env(tmp_path, DJANGO_DEBUG="1")
-    _manage("migrate", "--noinput", "-v0", env=env, check=True)
+    shutil.copyfile(migrated_template(), tmp_path / "db.sqlite3")  # its DATABASE_URL, migrated
     port = free_port()
     proc = start_daphne(port, env, log=tmp_path / "daphne.log")
     try:
@@ -381,8 +382,8 @@ def behind_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Productio
         DJANGO_PROXY_SSL_HEADER="X-Forwarded-Proto",
         DJANGO_CSRF_TRUSTED_ORIGINS="https://app.example.com",
     )
-    for command in (["migrate", "--noinput", "-v0"], ["collectstatic", "--noinput", "-v0"]):
-        _manage(*command, env=env, check=True)
+    shutil.copyfile(migrated_template(), tmp / "db.sqlite3")  # its DATABASE_URL, migrated
+    _manage("collectstatic", "--noinput", "-v0", env=env, check=True)
     port = free_port()
     log = tmp / "daphne.log"
     # The daphne command of `make run`.

@@ -14,10 +14,8 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sqlite3
-import subprocess
-import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from chatbridge.chat.chat_errors import nul_refusal
 from plugins.book_flight.data import search_flights, seat_map_for
 from tests.chat_http import RemoteChat
-from tests.servers import ROOT, free_port, start_uvicorn, stop
+from tests.servers import free_port, migrated_postgres, migrated_template, start_uvicorn, stop
 from tests.test_services import PG_HOST, PG_PORT, require
 
 pytestmark = pytest.mark.slow
@@ -94,13 +92,8 @@ def _serve(database: str, tmp: Path) -> Iterator[Site]:
         "DJANGO_SETTINGS_MODULE": "chatbridge.settings",
         "CHATBRIDGE_MCP_REQUEST_TIMEOUT": "10",
     }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        timeout=180,
-    )
+    if not database.startswith("postgres"):  # a copy of the run's migrated database
+        shutil.copyfile(migrated_template(), database)
     port = free_port()
     proc = start_uvicorn(port, env, log=tmp / "server.log")
     try:
@@ -118,17 +111,8 @@ def site(
         yield from _serve(str(tmp / "db.sqlite3"), tmp)
         return
     require("PostgreSQL", PG_HOST, PG_PORT)
-    import psycopg
-
-    name = f"chatbridge_text_{uuid.uuid4().hex[:10]}"
-    admin = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield from _serve(f"postgres://postgres@{PG_HOST}:{PG_PORT}/{name}", tmp)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with migrated_postgres(PG_HOST, PG_PORT, "chatbridge_text") as url:
+        yield from _serve(url, tmp)
 
 
 @contextlib.asynccontextmanager

@@ -7,13 +7,11 @@ through."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.test_services import ROOT, postgres_url, run_django  # noqa: F401  (the fixture)
+from tests.servers import migrated_postgres
+from tests.test_services import PG_HOST, PG_PORT, require, run_django
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -79,17 +77,13 @@ print(json.dumps({
 """
 
 
-def test_racing_workers_get_exactly_the_caps_on_postgresql(postgres_url: str) -> None:  # noqa: F811
-    database_url = postgres_url
-    migrated = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert migrated.returncode == 0, migrated.stderr
+def test_racing_workers_get_exactly_the_caps_on_postgresql() -> None:
+    require("PostgreSQL", PG_HOST, PG_PORT)
+    with migrated_postgres(PG_HOST, PG_PORT) as database_url:
+        race_on(database_url)
+
+
+def race_on(database_url: str) -> None:
     # A pool large enough for every racer's connection at once (they meet at a barrier).
     race = run_django(RACE, DATABASE_URL=database_url, DATABASE_POOL_SIZE="16")
     found = json.loads(race.splitlines()[-1])
