@@ -92,8 +92,13 @@ npm-clients: $(CLIENTS_STAMP)
 # Most tests wait on servers, browsers and clients: three workers (pytest-xdist) share the two
 # cores; each gets its own test database, servers and ports. PYTEST_WORKERS=0 runs them in one.
 PYTEST_WORKERS ?= 3
+# Bytecode is kept (in the tree's ignored __pycache__ folders) even where the environment says
+# not to (PYTHONDONTWRITEBYTECODE): each worker would otherwise rewrite and compile every test
+# module's assertions again, about 5 s of CPU a process, and every server process compile the
+# project again.
+KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE=
 pytest: setup browser npm-clients
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
+	$(KEEP_BYTECODE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The installs are independent (pip, npm, apt): they run side by side, then the checks, side
@@ -110,7 +115,7 @@ test-fast: setup
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
 
 pytest-fast: setup
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services and not budget" -q $(PYTEST_ARGS); \
+	$(KEEP_BYTECODE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not browser and not services and not budget" -q $(PYTEST_ARGS); \
 	rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
 # The fuzzers of the reliability suite with 10,000 examples each (CI runs fewer).
