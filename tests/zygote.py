@@ -42,6 +42,14 @@ PRELOAD = [
     "starlette.applications",
     "uvicorn.main",
     "jsonschema",
+    # Django's and Channels' framework modules: importing them reads no setting.
+    "django.db.models",
+    "django.forms",
+    "django.template",
+    "django.core.handlers.asgi",
+    "django.views",
+    "channels.routing",
+    "channels.generic.websocket",
 ]
 
 
