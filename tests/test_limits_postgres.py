@@ -7,6 +7,7 @@ through."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
@@ -77,13 +78,15 @@ print(json.dumps({
 """
 
 
-def test_racing_workers_get_exactly_the_caps_on_postgresql() -> None:
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    """A PostgreSQL database of its own, migrated (a copy of the run's template)."""
     require("PostgreSQL", PG_HOST, PG_PORT)
-    with migrated_postgres(PG_HOST, PG_PORT) as database_url:
-        race_on(database_url)
+    with migrated_postgres(PG_HOST, PG_PORT) as url:
+        yield url
 
 
-def race_on(database_url: str) -> None:
+def test_racing_workers_get_exactly_the_caps_on_postgresql(database_url: str) -> None:
     # A pool large enough for every racer's connection at once (they meet at a barrier).
     race = run_django(RACE, DATABASE_URL=database_url, DATABASE_POOL_SIZE="16")
     found = json.loads(race.splitlines()[-1])
