@@ -94,8 +94,7 @@ npm-clients: $(CLIENTS_STAMP)
 PYTEST_WORKERS ?= 3
 # Bytecode is kept (in the tree's ignored __pycache__ folders) even where the environment says
 # not to (PYTHONDONTWRITEBYTECODE): each worker would otherwise rewrite and compile every test
-# module's assertions again, about 5 s of CPU a process, and every server process compile the
-# project again.
+# module's assertions again, about 5 s of CPU a process.
 KEEP_BYTECODE = PYTHONDONTWRITEBYTECODE=
 pytest: setup browser npm-clients
 	$(KEEP_BYTECODE) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rc=$$?; \

@@ -10,7 +10,7 @@ import pytest
 
 from chatbridge.records import lean_sql
 from chatbridge.records.models import Conversation, JournalRecord, Message, ToolSession
-from tests.test_services import postgres_url, run_django  # noqa: F401  (the fixture)
+from tests.test_services import migrated_postgres_url, run_django  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,8 +106,6 @@ def on_postgresql(function: str, url: str) -> object:
     database in a process of its own (as JSON)."""
     out = run_django(
         "import json\n"
-        "from django.core.management import call_command\n"
-        "call_command('migrate', verbosity=0)\n"
         f"from tests.test_lean_sql import {function}\n"
         f"print(json.dumps({function}()))\n",
         DATABASE_URL=url,
@@ -116,8 +114,10 @@ def on_postgresql(function: str, url: str) -> object:
 
 
 @pytest.mark.services
-def test_lean_statements_store_what_the_orm_stores_on_postgresql(postgres_url: str) -> None:  # noqa: F811
-    assert on_postgresql("exercise", postgres_url) == json.loads(json.dumps(EXPECTED))
+def test_lean_statements_store_what_the_orm_stores_on_postgresql(
+    migrated_postgres_url: str,  # noqa: F811 (the fixture)
+) -> None:
+    assert on_postgresql("exercise", migrated_postgres_url) == json.loads(json.dumps(EXPECTED))
 
 
 def upserts() -> dict[str, object]:
@@ -181,8 +181,8 @@ def test_one_statement_upserts_on_sqlite() -> None:
 
 
 @pytest.mark.services
-def test_one_statement_upserts_on_postgresql(postgres_url: str) -> None:  # noqa: F811
-    assert on_postgresql("upserts", postgres_url) == json.loads(json.dumps(UPSERTS))
+def test_one_statement_upserts_on_postgresql(migrated_postgres_url: str) -> None:  # noqa: F811
+    assert on_postgresql("upserts", migrated_postgres_url) == json.loads(json.dumps(UPSERTS))
 
 
 def json_text() -> dict[str, object]:
@@ -224,5 +224,5 @@ def test_json_text_is_stored_as_its_value_on_sqlite() -> None:
 
 
 @pytest.mark.services
-def test_json_text_is_stored_as_its_value_on_postgresql(postgres_url: str) -> None:  # noqa: F811
-    assert on_postgresql("json_text", postgres_url) == json.loads(json.dumps(JSON_TEXT))
+def test_json_text_is_stored_as_its_value_on_postgresql(migrated_postgres_url: str) -> None:  # noqa: F811
+    assert on_postgresql("json_text", migrated_postgres_url) == json.loads(json.dumps(JSON_TEXT))

@@ -7,12 +7,10 @@ through."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import migrated_postgres
-from tests.test_services import PG_HOST, PG_PORT, require, run_django
+from tests.test_services import migrated_postgres_url, run_django  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -78,15 +76,10 @@ print(json.dumps({
 """
 
 
-@pytest.fixture
-def database_url() -> Iterator[str]:
-    """A PostgreSQL database of its own, migrated (a copy of the run's template)."""
-    require("PostgreSQL", PG_HOST, PG_PORT)
-    with migrated_postgres(PG_HOST, PG_PORT) as url:
-        yield url
-
-
-def test_racing_workers_get_exactly_the_caps_on_postgresql(database_url: str) -> None:
+def test_racing_workers_get_exactly_the_caps_on_postgresql(
+    migrated_postgres_url: str,  # noqa: F811 (the fixture)
+) -> None:
+    database_url = migrated_postgres_url
     # A pool large enough for every racer's connection at once (they meet at a barrier).
     race = run_django(RACE, DATABASE_URL=database_url, DATABASE_POOL_SIZE="16")
     found = json.loads(race.splitlines()[-1])

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import migrated_postgres
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_HOST, PG_PORT = os.environ.get("CHATBRIDGE_TEST_PG", "127.0.0.1:5432").split(":")
 REDIS_HOST, REDIS_PORT = os.environ.get("CHATBRIDGE_TEST_REDIS", "127.0.0.1:6379").split(":")
@@ -61,6 +63,15 @@ def postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def migrated_postgres_url() -> Iterator[str]:
+    """A PostgreSQL database of its own, migrated: a copy of the run's template (a ``migrate``
+    costs seconds of CPU; ``postgres_url`` is empty, for the test of migrating)."""
+    require("PostgreSQL", PG_HOST, PG_PORT)
+    with migrated_postgres(PG_HOST, PG_PORT) as url:
+        yield url
 
 
 def test_migrations_run_on_postgresql(postgres_url: str) -> None:
